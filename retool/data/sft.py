@@ -1,0 +1,414 @@
+"""ReTool-SFT -> multi-turn tool-calling SFT rows (`messages` + `tools`) for verl's MultiTurnSFTDataset.
+
+Raw layout (JoeYing/ReTool-SFT, docs DATA_FORMATS.md): `messages = [user, assistant]`. The user turn is a long
+instruction template ending in `*user question:*`, the question, and a trailing "Remember to place the final answer
+..." format line. The assistant turn is one string interleaving free text, `<code>```python ...```</code>` blocks,
+`<interpreter>output</interpreter>` blocks, and a final `<answer>\\boxed{N}</answer>`.
+
+Converted row:
+- `messages`: the user turn becomes `user_prompt(question)` (the question plus the shared boxed-answer instruction,
+  the same text RL and validation prompts use; the raw template describes the old <code>/<interpreter> tag protocol
+  and is dropped). Each code block becomes an assistant message (the text before it as `content`) with one
+  `tool_calls` entry `{type: function, function: {name: code_interpreter, arguments: {"code": ...}}}`, followed by a
+  `tool` message holding the interpreter output. The last assistant message holds the text before the answer and
+  the `\\boxed{}` answer (the `<answer>` tags are removed).
+- `tools`: `[schema]`, the code_interpreter tool schema read from the tool YAML, keyed in the order verl's
+  `OpenAIFunctionToolSchema.model_dump(exclude_unset=True, exclude_none=True)` gives at RL time, so SFT and RL
+  prompts render identically.
+Tool-call `arguments` are stored as a dict (a parquet struct `{code: string}`): the chat template serialises it with
+`tojson`, exactly as it does for the dicts verl's ToolAgentLoop builds.
+
+Irregular rows: repairable cases are fixed and counted per kind (code without fences, unclosed fence, a `<code>` left
+open before its `<interpreter>`, an unclosed final `<answer>`, a single-line answer without `\\boxed`, text after
+`</answer>` (dropped), a final `\\boxed{}` answer without `<answer>` tags). Anything else raises ConversionError with a
+`kind` and a reason; `preprocess` reports each skipped row with its index, or stops at the first with
+on_error="fail".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from retool.data.io import ConversionError, DataSourceError, open_rows, write_parquet
+from retool.data.prompt import user_prompt
+
+TOOL_NAME = "code_interpreter"
+QUESTION_MARKER = "*user question:*"
+DEFAULT_TOOL_CONFIG = Path("configs/tool.yaml")
+OWN_TOOL_CLASS = "retool.tool.CodeInterpreterTool"
+
+# The raw trailing format line: "Remember to place the final answer in the last part using the format: \n<answer>..."
+_RAW_FORMAT_LINE = re.compile(r"\s*Remember to place the final answer in the last part using the format:.*\Z", re.S)
+_OPEN_TAG = re.compile(r"<(code|interpreter|answer)>")
+_ANY_TAG = re.compile(r"</?(?:code|interpreter|answer)>")
+_FENCE_OPEN = re.compile(r"\A\s*```[^\n`]*\n")  # ```python, ```py, ``` python ...
+_BOXED = re.compile(r"\\boxed\s*\{")
+_FILLED_BOXED = re.compile(r"\\boxed\s*\{\s*[^\s}]")
+_MAX_BARE_ANSWER_CHARS = 100
+
+_TOOL_CALL_TYPE = pa.struct(
+    [
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", pa.struct([("code", pa.string())]))])),
+    ]
+)
+MESSAGES_TYPE = pa.list_(
+    pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.list_(_TOOL_CALL_TYPE))])
+)
+
+
+class ToolConfigError(ValueError):
+    """The tool YAML is missing or has no usable code_interpreter schema."""
+
+
+# ---------------------------------------------------------------- tool schema
+
+
+def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
+    """The OpenAI function schema of `code_interpreter` that verl will show the model for this tool YAML
+    (`tools: [{class_name, config, tool_schema?}]`), canonicalised by `canonical_tool_schema`.
+
+    An entry whose `tool_schema.function.name` is code_interpreter wins. Otherwise an entry of class
+    `retool.tool.CodeInterpreterTool` without `tool_schema` counts: verl then asks the tool, which answers with
+    `retool.tool_schema.tool_schema()`. Raises ToolConfigError naming the file and key."""
+    path = Path(tool_config)
+    if not path.is_file():
+        raise ToolConfigError(
+            f"tool config {path} not found; pass --tool-config with the tool YAML (configs/tool.yaml)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ToolConfigError(f"{path}: invalid YAML ({exc})") from exc
+    tools = data.get("tools") if isinstance(data, dict) else None
+    if not isinstance(tools, list):
+        raise ToolConfigError(f"{path}: expected a top-level `tools:` list of {{class_name, config, tool_schema}}")
+    names = []
+    for number, entry in enumerate(tools):
+        schema = entry.get("tool_schema") if isinstance(entry, dict) else None
+        function = schema.get("function") if isinstance(schema, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        names.append(name)
+        if name == TOOL_NAME:
+            return canonical_tool_schema(schema, where=f"{path}: tools[{number}].tool_schema")
+    for number, entry in enumerate(tools):
+        if isinstance(entry, dict) and entry.get("class_name") == OWN_TOOL_CLASS and entry.get("tool_schema") is None:
+            from retool.tool_schema import tool_schema  # light module (no verl), owned by the tool
+
+            return canonical_tool_schema(tool_schema(), where=f"{path}: tools[{number}] (retool.tool_schema)")
+    raise ToolConfigError(
+        f"{path}: no entry has tool_schema.function.name == {TOOL_NAME!r} (names found: {names}) "
+        f"and no {OWN_TOOL_CLASS} entry without tool_schema")
+
+
+def canonical_tool_schema(schema: Mapping[str, Any], where: str = "tool_schema") -> dict[str, Any]:
+    """Check a code_interpreter schema and return it with verl's key set and order.
+
+    verl validates tool schemas into pydantic models and renders `model_dump(exclude_unset=True, exclude_none=True)`;
+    keys those models do not define are dropped there, so they are dropped here too, and the kept keys follow the
+    models' field order. The result is JSON-compatible."""
+
+    def pick(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+        return {key: source[key] for key in keys if source.get(key) is not None}
+
+    def need(condition: bool, what: str) -> None:
+        if not condition:
+            raise ToolConfigError(f"{where}: {what}")
+
+    need(isinstance(schema, Mapping) and schema.get("type") == "function", "`type` must be 'function'")
+    function = schema.get("function")
+    need(isinstance(function, Mapping), "`function` must be a mapping")
+    need(function.get("name") == TOOL_NAME, f"`function.name` must be {TOOL_NAME!r}")
+    need(isinstance(function.get("description"), str), "`function.description` must be a string")
+    parameters = function.get("parameters")
+    need(isinstance(parameters, Mapping) and parameters.get("type") == "object",
+         "`function.parameters.type` must be 'object'")
+    properties = parameters.get("properties")
+    need(isinstance(properties, Mapping), "`function.parameters.properties` must be a mapping")
+    need(isinstance(properties.get("code"), Mapping) and properties["code"].get("type") == "string",
+         "`function.parameters.properties.code.type` must be 'string'")
+    need("code" in (parameters.get("required") or []), "`function.parameters.required` must list 'code'")
+    for name, prop in properties.items():
+        need(isinstance(prop, Mapping) and "type" in prop, f"property {name!r} needs a `type`")
+
+    canonical_parameters = pick(parameters, ("type",))
+    canonical_parameters["properties"] = {
+        name: pick(prop, ("type", "description", "enum")) for name, prop in properties.items()
+    }
+    if parameters.get("required") is not None:
+        canonical_parameters["required"] = list(parameters["required"])
+    canonical_function = pick(function, ("name", "description"))
+    canonical_function["parameters"] = canonical_parameters
+    canonical_function.update(pick(function, ("strict",)))
+    # A JSON round trip turns YAML-specific scalars into plain JSON types.
+    return json.loads(json.dumps({"type": "function", "function": canonical_function}))
+
+
+# ---------------------------------------------------------------- one row
+
+
+def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None) -> list[dict[str, Any]]:
+    """Convert one raw ReTool-SFT row into chat `messages` with tool calls (see the module docstring).
+
+    Raises ConversionError (with `.kind`) when the row cannot be converted. If `repairs` is given, the kinds of the
+    repairs applied to this row are appended to it."""
+    repairs = [] if repairs is None else repairs
+    if not isinstance(row, Mapping) or row.get("messages") is None:
+        raise ConversionError("bad_row_layout", "the row has no `messages` (column missing or null)")
+    raw = list(row["messages"])
+    roles = [m.get("role") if isinstance(m, Mapping) else None for m in raw]
+    if roles != ["user", "assistant"]:
+        raise ConversionError("bad_row_layout", f"expected messages with roles ['user', 'assistant'], got {roles}")
+    for message in raw:
+        if not isinstance(message.get("content"), str):
+            raise ConversionError(
+                "bad_row_layout", f"{message['role']} content is {type(message.get('content')).__name__}, not text"
+            )
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user_prompt(_question(raw[0]["content"]))}]
+    rounds, final = _split_assistant(raw[1]["content"], repairs)
+    for content, code, output in rounds:
+        call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": code}}}
+        messages.append({"role": "assistant", "content": content, "tool_calls": [call]})
+        messages.append({"role": "tool", "content": output})
+    messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+def _question(user_content: str) -> str:
+    if QUESTION_MARKER not in user_content:
+        raise ConversionError("no_question", f"the user turn lacks the {QUESTION_MARKER!r} marker")
+    question = _RAW_FORMAT_LINE.sub("", user_content.rpartition(QUESTION_MARKER)[2]).strip()
+    if not question:
+        raise ConversionError("no_question", f"no question follows {QUESTION_MARKER!r}")
+    return question
+
+
+def _split_assistant(text: str, repairs: list[str]) -> tuple[list[tuple[str, str, str]], str]:
+    """Split the raw assistant string into [(text before the code, code, output), ...] and the final content."""
+    rounds: list[tuple[str, str, str]] = []
+    pending: tuple[str, str, int] | None = None  # (text before, code, char offset) awaiting its <interpreter>
+    pos = 0
+    while (match := _OPEN_TAG.search(text, pos)) is not None:
+        tag, start, body_start = match.group(1), match.start(), match.end()
+        before, before_start = text[pos:start], pos
+        close = _closing(text, tag, body_start)
+        if tag == "code":
+            if pending is not None:
+                raise ConversionError(
+                    "code_without_output", f"<code> at char {pending[2]} has no <interpreter> output before the "
+                    f"next <code> at char {start}")
+            if close == -1:
+                follower = _OPEN_TAG.search(text, body_start)
+                if follower is None or follower.group(1) != "interpreter":
+                    raise ConversionError("unclosed_tag", f"<code> at char {start} is never closed")
+                repairs.append("unclosed_code_tag")  # the <interpreter> that follows bounds the code
+                body_end = pos = follower.start()
+            else:
+                body_end, pos = close, close + len("</code>")
+            pending = (_text(before, before_start), _code(text[body_start:body_end], start, repairs), start)
+        elif tag == "interpreter":
+            if pending is None:
+                raise ConversionError("output_without_code", f"<interpreter> at char {start} follows no <code> block")
+            if before.strip():
+                raise ConversionError(
+                    "text_between_code_and_output", f"text between </code> and <interpreter> at char {start}")
+            if close == -1:
+                raise ConversionError("unclosed_tag", f"<interpreter> at char {start} is never closed")
+            rounds.append((pending[0], pending[1], text[body_start:close].strip("\n")))
+            pending, pos = None, close + len("</interpreter>")
+        else:
+            if pending is not None:
+                raise ConversionError(
+                    "code_without_output", f"<code> at char {pending[2]} has no <interpreter> output before <answer>")
+            if close == -1:
+                if _OPEN_TAG.search(text, body_start):
+                    raise ConversionError("unclosed_tag", f"<answer> at char {start} is never closed")
+                repairs.append("unclosed_answer_tag")
+                answer, after = text[body_start:], ""
+            else:
+                answer, after = text[body_start:close], text[close + len("</answer>"):]
+            if after.strip():
+                repairs.append("text_after_answer_dropped")
+            return rounds, _final(_text(before, before_start), answer, start, repairs)
+    if pending is not None:
+        raise ConversionError("code_without_output", f"<code> at char {pending[2]} has no <interpreter> output")
+    rest = _text(text[pos:], pos)
+    if _FILLED_BOXED.search(rest):
+        repairs.append("answer_without_tags")
+        return rounds, rest
+    raise ConversionError("no_final_answer", "no <answer> block and no \\boxed{} answer after the last tool output")
+
+
+def _closing(text: str, tag: str, body_start: int) -> int:
+    """Offset of the tag's closing marker, or -1 if it is missing or another block opens first."""
+    close = text.find(f"</{tag}>", body_start)
+    if close == -1:
+        return -1
+    # Interpreter output may print anything except the tag itself; code and answer bodies hold no tags.
+    opener = re.compile(f"<{tag}>") if tag == "interpreter" else _OPEN_TAG
+    nested = opener.search(text, body_start, close)
+    return -1 if nested else close
+
+
+def _text(segment: str, offset: int) -> str:
+    """Free assistant text: stripped, and free of stray tags (they would be trained as content)."""
+    stray = _ANY_TAG.search(segment)
+    if stray:
+        raise ConversionError(
+            "stray_tag", f"stray {stray.group(0)} in assistant text near char {offset + stray.start()}")
+    return segment.strip()
+
+
+def _code(body: str, offset: int, repairs: list[str]) -> str:
+    """The code of a <code> body: inside its ```python fence, or the bare body when the fence is missing."""
+    opening = _FENCE_OPEN.match(body)
+    rest = body[opening.end():] if opening else body
+    closing = rest.find("```")
+    if closing == -1:
+        code = rest
+        repairs.append("unclosed_code_fence" if opening else "code_without_fences")
+    else:
+        code, after = rest[:closing], rest[closing + 3:]
+        if after.strip():
+            raise ConversionError("text_in_code_block", f"text after the closing ``` inside <code> at char {offset}")
+        if not opening:
+            repairs.append("code_without_fences")
+    code = code.strip("\n").rstrip()
+    if not code.strip():
+        raise ConversionError("empty_code", f"<code> block at char {offset} holds no code")
+    return code
+
+
+def _final(before: str, answer: str, offset: int, repairs: list[str]) -> str:
+    answer = answer.strip()
+    if not _BOXED.search(answer):
+        if not answer or "\n" in answer or len(answer) > _MAX_BARE_ANSWER_CHARS:
+            raise ConversionError("answer_not_boxed", f"<answer> at char {offset} holds no \\boxed{{}} answer")
+        repairs.append("answer_boxed_added")
+        answer = f"\\boxed{{{answer}}}"
+    elif not _FILLED_BOXED.search(answer):
+        raise ConversionError("empty_answer", f"<answer> at char {offset} holds an empty \\boxed{{}}")
+    return f"{before}\n\n{answer}" if before else answer
+
+
+# ---------------------------------------------------------------- whole files
+
+
+def preprocess(
+    input: str | Path,
+    output: str | Path,
+    tool_config: str | Path = DEFAULT_TOOL_CONFIG,
+    on_error: str = "skip",
+    split: str | None = None,
+) -> dict[str, Any]:
+    """Convert every row of `input` (hub id, parquet/jsonl file or dataset directory) and write `output` (parquet
+    with `messages` and `tools`). Returns a summary dict: rows_read, converted, skipped, skip_reasons {kind: n},
+    skipped_rows [{row, kind, reason}], repairs {kind: n}, repaired_rows {kind: [row indices]},
+    tool_calls_per_row {calls: rows}. With on_error="fail" the first unconvertible row raises ConversionError
+    naming its index and nothing is written."""
+    if on_error not in ("skip", "fail"):
+        raise ValueError(f"on_error must be 'skip' or 'fail', got {on_error!r}")
+    schema = load_tool_schema(tool_config)
+    source = open_rows(input, split)
+    converted: list[list[dict[str, Any]]] = []
+    skipped: list[dict[str, Any]] = []
+    repaired_rows: dict[str, list[int]] = defaultdict(list)
+    calls = Counter()
+    rows_read = 0
+    for index, raw in enumerate(source):
+        rows_read += 1
+        row_repairs: list[str] = []
+        try:
+            messages = convert_row(raw, repairs=row_repairs)
+        except ConversionError as exc:
+            if on_error == "fail":
+                raise ConversionError(exc.kind, f"{source.description} row {index}: {exc}") from exc
+            skipped.append({"row": index, "kind": exc.kind, "reason": str(exc)})
+            continue
+        for kind in row_repairs:
+            repaired_rows[kind].append(index)
+        calls[sum(1 for m in messages if m.get("tool_calls"))] += 1
+        converted.append(messages)
+    if not converted:
+        raise DataSourceError(
+            f"none of the {rows_read} rows of {source.description} could be converted; "
+            f"reasons: {dict(Counter(s['kind'] for s in skipped))}")
+
+    tools_type = pa.array([[schema]]).type
+    write_parquet(
+        ({"messages": messages, "tools": [schema]} for messages in converted),
+        output,
+        schema=pa.schema([("messages", MESSAGES_TYPE), ("tools", tools_type)]),
+    )
+    return {
+        "input": source.description,
+        "output": str(output),
+        "rows_read": rows_read,
+        "converted": len(converted),
+        "skipped": len(skipped),
+        "skip_reasons": dict(Counter(s["kind"] for s in skipped)),
+        "skipped_rows": skipped,
+        "repairs": {kind: len(rows) for kind, rows in repaired_rows.items()},
+        "repaired_rows": dict(repaired_rows),
+        "tool_calls_per_row": dict(sorted(calls.items())),
+    }
+
+
+def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
+    """Human-readable report of a preprocess summary (the first `max_rows` skipped rows listed)."""
+    lines = [
+        f"{summary['input']} -> {summary['output']}",
+        f"rows read {summary['rows_read']}, converted {summary['converted']}, skipped {summary['skipped']}",
+        f"tool calls per row: {summary['tool_calls_per_row']}",
+    ]
+    if summary["repairs"]:
+        lines.append(f"repaired: {summary['repairs']}")
+    if summary["skipped"]:
+        lines.append(f"skip reasons: {summary['skip_reasons']}")
+        for item in summary["skipped_rows"][:max_rows]:
+            lines.append(f"  row {item['row']}: [{item['kind']}] {item['reason']}")
+        if summary["skipped"] > max_rows:
+            lines.append(f"  ... {summary['skipped'] - max_rows} more (write them all with --report FILE)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`retool-sft-preprocess`: ReTool-SFT -> verl multi-turn SFT parquet."""
+    parser = argparse.ArgumentParser(
+        prog="retool-sft-preprocess",
+        description="Convert ReTool-SFT rows into multi-turn tool-calling SFT rows (messages + tools) for verl.",
+    )
+    parser.add_argument("--input", required=True,
+                        help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory")
+    parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
+    parser.add_argument("--tool-config", type=Path, default=DEFAULT_TOOL_CONFIG,
+                        help="verl tool YAML holding the code_interpreter schema (default: %(default)s)")
+    parser.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+                        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)")
+    parser.add_argument("--split", default=None, help="split of a multi-split dataset, or a data-file name filter")
+    parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
+    args = parser.parse_args(argv)
+    try:
+        summary = preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split)
+    except (DataSourceError, ToolConfigError, ConversionError) as exc:
+        print(f"retool-sft-preprocess: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, ConversionError) else 2
+    print(format_summary(summary))
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

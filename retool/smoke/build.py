@@ -1,0 +1,361 @@
+"""``retool-smoke-assets``: build everything the embedded CPU smoke run reads, offline, in under half a minute.
+
+Layout written under ``--out DIR``::
+
+    model/                      tiny random Qwen3 + the real Qwen tokenizer (hermes tool chat template)
+    raw/retool_sft/{train,val}.parquet     synthetic_arith rows in the JoeYing/ReTool-SFT layout
+    raw/dapo_math/{train,val}.parquet      synthetic_arith rows in the DAPO-Math-17k layout
+    data/sft_train.parquet, sft_val.parquet          via retool.data.sft.preprocess (the real converter)
+    data/rl_train.parquet, rl_val_synthetic.parquet  via retool.data.rl.prepare, data_source -> "synthetic_arith"
+    data/rl_val_aime2025.parquet                     via retool.data.rl.prepare from the vendored AIME 2025 file
+    manifest.json               inputs, row counts, model summary, token-length stats
+
+Idempotent: the model and the data are two steps; a step is skipped when its outputs exist and the manifest
+records the same options (row counts, seed, shapes, input paths), and redone otherwise. Use ``--force`` after
+editing an input file or a converter: file contents are not tracked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from retool.smoke import task
+
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/dapo_math/train.parquet",
+             "raw/dapo_math/val.parquet")
+DATA_FILES = ("data/sft_train.parquet", "data/sft_val.parquet", "data/rl_train.parquet",
+              "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
+MANIFEST = "manifest.json"
+
+
+def repo_root() -> Path:
+    """The checkout holding the ``retool`` package (parent of the package directory)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def default_aime2025() -> Path:
+    """$RETOOL_AIME2025, else ../shared/data/aime2025/test.jsonl next to the repository."""
+    env = os.environ.get("RETOOL_AIME2025")
+    return Path(env) if env else repo_root() / ".." / "shared" / "data" / "aime2025" / "test.jsonl"
+
+
+def default_tool_config() -> Path:
+    """$RETOOL_TOOL_CONFIG, else configs/tool.yaml of the repository (the schema the real run uses)."""
+    env = os.environ.get("RETOOL_TOOL_CONFIG")
+    return Path(env) if env else repo_root() / "configs" / "tool.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """What to build. Row counts are numbers of distinct synthetic problems (all splits are disjoint)."""
+
+    out: Path
+    sft_rows: int = 1024
+    sft_val_rows: int = 64
+    rl_rows: int = 512
+    rl_val_rows: int = 32
+    seed: int = 0
+    aime2025: Path | None = None  # None: default_aime2025()
+    aime_rows: int | None = None  # None: all rows
+    tool_config: Path | None = None  # None: default_tool_config()
+    layers: int = 4
+    hidden: int = 128
+    force: bool = False
+
+    def model_inputs(self) -> dict[str, Any]:
+        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed}
+
+    def data_inputs(self) -> dict[str, Any]:
+        return {
+            "sft_rows": self.sft_rows, "sft_val_rows": self.sft_val_rows, "rl_rows": self.rl_rows,
+            "rl_val_rows": self.rl_val_rows, "seed": self.seed, "aime2025": str(self.resolved_aime()),
+            "aime_rows": self.aime_rows, "tool_config": str(self.resolved_tool_config()),
+        }
+
+    def resolved_aime(self) -> Path:
+        return Path(self.aime2025) if self.aime2025 is not None else default_aime2025()
+
+    def resolved_tool_config(self) -> Path:
+        return Path(self.tool_config) if self.tool_config is not None else default_tool_config()
+
+
+def build_assets(opts: BuildOptions) -> dict[str, Any]:
+    """Build (or keep, when up to date) every asset under ``opts.out`` and return the manifest written there."""
+    for name in ("sft_rows", "sft_val_rows", "rl_rows", "rl_val_rows"):
+        if getattr(opts, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
+    if opts.aime_rows is not None and opts.aime_rows < 1:
+        raise ValueError(f"--aime-rows must be >= 1, got {opts.aime_rows}")
+    _check_inputs(opts)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    old = _read_manifest(out / MANIFEST)
+    started = time.monotonic()
+    manifest: dict[str, Any] = {"format": 1, "built_by": "retool-smoke-assets", "data_source": task.DATA_SOURCE}
+
+    model_fresh = (not opts.force and old.get("model_inputs") == opts.model_inputs()
+                   and all((out / "model" / f).is_file() for f in MODEL_FILES))
+    if model_fresh:
+        manifest["model"], manifest["model_built"] = old["model"], False
+    else:
+        manifest["model"], manifest["model_built"] = _build_model(out / "model", opts), True
+    manifest["model_inputs"] = opts.model_inputs()
+    if manifest["model_built"]:  # record the model now, so a failed data step does not cost a model rebuild
+        _write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    data_fresh = (not opts.force and old.get("data_inputs") == opts.data_inputs()
+                  and all((out / f).is_file() for f in RAW_FILES + DATA_FILES) and "data" in old)
+    if data_fresh:
+        for key in ("raw", "converters", "data"):
+            manifest[key] = old[key]
+        manifest["data_built"] = False
+    else:
+        manifest["raw"] = _write_raw(out, opts)
+        manifest["converters"] = _convert(out, opts)
+        manifest["data"] = _describe_data(out)
+        manifest["data_built"] = True
+    manifest["data_inputs"] = opts.data_inputs()
+    manifest["build_seconds"] = round(time.monotonic() - started, 2)
+    _write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def _check_inputs(opts: BuildOptions) -> None:
+    aime, tool_config = opts.resolved_aime(), opts.resolved_tool_config()
+    if not aime.is_file():
+        raise FileNotFoundError(
+            f"AIME 2025 file not found at {aime}; pass --aime2025 PATH or set RETOOL_AIME2025 "
+            "(a math-ai/aime25 style jsonl: problem, answer, id)")
+    if not tool_config.is_file():
+        raise FileNotFoundError(
+            f"tool config not found at {tool_config}; pass --tool-config PATH or set RETOOL_TOOL_CONFIG "
+            "(the configs/tool.yaml holding the code_interpreter schema)")
+
+
+def _build_model(model_dir: Path, opts: BuildOptions) -> dict[str, Any]:
+    """Tokenizer then model into a temporary sibling directory, swapped in only when complete."""
+    from retool.smoke.tiny_model import build_tiny_model
+    from retool.smoke.tokenizer import build_qwen_tokenizer
+
+    tmp = model_dir.with_name(f".{model_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        build_qwen_tokenizer(tmp)
+        summary = build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
+        shutil.rmtree(model_dir, ignore_errors=True)
+        tmp.rename(model_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary["path"] = str(model_dir)
+    summary["files"] = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
+    return summary
+
+
+def _write_raw(out: Path, opts: BuildOptions) -> dict[str, Any]:
+    splits = task.make_splits(
+        {"sft_train": opts.sft_rows, "sft_val": opts.sft_val_rows, "rl_train": opts.rl_rows,
+         "rl_val": opts.rl_val_rows}, opts.seed)
+    # distinct sub-seeds so trace wording and UUIDs differ between splits
+    tables = {
+        "raw/retool_sft/train.parquet": task.sft_rows(splits["sft_train"], opts.seed + 1),
+        "raw/retool_sft/val.parquet": task.sft_rows(splits["sft_val"], opts.seed + 2),
+        "raw/dapo_math/train.parquet": task.rl_rows(splits["rl_train"], opts.seed + 3),
+        "raw/dapo_math/val.parquet": task.rl_rows(splits["rl_val"], opts.seed + 4),
+    }
+    for rel, rows in tables.items():
+        _write_parquet(out / rel, rows)
+    return {rel: len(rows) for rel, rows in tables.items()}
+
+
+def _convert(out: Path, opts: BuildOptions) -> dict[str, Any]:
+    """Run the real converters; every synthetic row must survive conversion."""
+    from retool.data.rl import prepare
+    from retool.data.sft import preprocess
+
+    summaries: dict[str, Any] = {}
+    try:
+        for dst, src in (("data/sft_train.parquet", "raw/retool_sft/train.parquet"),
+                         ("data/sft_val.parquet", "raw/retool_sft/val.parquet")):
+            summaries[dst] = _jsonable(preprocess(out / src, _tmp_path(out / dst), opts.resolved_tool_config(),
+                                                  on_error="skip"))
+            _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
+        for dst, src in (("data/rl_train.parquet", "raw/dapo_math/train.parquet"),
+                         ("data/rl_val_synthetic.parquet", "raw/dapo_math/val.parquet")):
+            summaries[dst] = _jsonable(prepare(out / src, _tmp_path(out / dst), source="dapo"))
+            _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
+            _set_data_source(_tmp_path(out / dst), task.DATA_SOURCE)
+        dst = "data/rl_val_aime2025.parquet"
+        summaries[dst] = _jsonable(prepare(opts.resolved_aime(), _tmp_path(out / dst), source="aime2025",
+                                           limit=opts.aime_rows))
+        for dst in DATA_FILES:  # publish only after every conversion succeeded
+            os.replace(_tmp_path(out / dst), out / dst)
+    finally:
+        for dst in DATA_FILES:
+            _tmp_path(out / dst).unlink(missing_ok=True)
+    return summaries
+
+
+def _describe_data(out: Path) -> dict[str, Any]:
+    """Row counts and token lengths, rendered with the model's own chat template and the tool schema."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    described: dict[str, Any] = {}
+    sft = pq.read_table(out / "data/sft_train.parquet").to_pylist()
+    if not sft or "tools" not in sft[0]:
+        raise ValueError(f"{out / 'data/sft_train.parquet'} has no 'tools' column: the SFT converter's output "
+                         "must carry the code_interpreter schema")
+    tools = sft[0]["tools"]
+    for rel in DATA_FILES:
+        rows = pq.read_table(out / rel).to_pylist()
+        info: dict[str, Any] = {"rows": len(rows)}
+        if rel.startswith("data/sft"):
+            info["tool_rate"] = round(sum(_uses_tool(r["messages"]) for r in rows) / len(rows), 4)
+            info["conversation_tokens"] = _stats(
+                [_n_tokens(tokenizer, _clean_messages(r["messages"]), r["tools"], False) for r in rows])
+            info["prompt_tokens"] = _stats(
+                [_n_tokens(tokenizer, _clean_messages(r["messages"][:1]), r["tools"], True) for r in rows])
+        else:
+            info["data_sources"] = sorted({r["data_source"] for r in rows})
+            info["prompt_tokens"] = _stats([_n_tokens(tokenizer, r["prompt"], tools, True) for r in rows])
+        described[rel] = info
+    return described
+
+
+def _uses_tool(messages: list[dict[str, Any]]) -> bool:
+    return any(m.get("tool_calls") for m in messages)
+
+
+def _clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # parquet gives every struct all fields; drop the null ones so the template sees what verl's trainer sees
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+def _n_tokens(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, generation_prompt: bool) -> int:
+    ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+                                        add_generation_prompt=generation_prompt)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def _stats(values: list[int]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
+            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "max": ordered[-1]}
+
+
+def _require_all_rows(src: Path, dst: Path, summary: Any) -> None:
+    import pyarrow.parquet as pq
+
+    n_in, n_out = pq.read_metadata(src).num_rows, pq.read_metadata(dst).num_rows
+    if n_in != n_out:
+        raise RuntimeError(f"converting {src} kept {n_out} of {n_in} synthetic rows (converter summary: {summary}); "
+                           "the synthetic task and the converter disagree on the layout")
+
+
+def _set_data_source(path: Path, data_source: str) -> None:
+    """Rename the curve: the RL converter names rows by source ("math_dapo"), the smoke run wants its own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if "data_source" not in table.column_names:
+        raise ValueError(f"{path} has no data_source column; the RL converter's output changed")
+    index = table.column_names.index("data_source")
+    table = table.set_column(index, "data_source", pa.array([data_source] * table.num_rows, pa.string()))
+    pq.write_table(table, path)
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), _tmp_path(path))
+    os.replace(_tmp_path(path), path)
+
+
+def _tmp_path(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}  # a damaged manifest only means "rebuild everything"
+
+
+def _jsonable(summary: Any) -> Any:
+    if dataclasses.is_dataclass(summary) and not isinstance(summary, type):
+        summary = dataclasses.asdict(summary)
+    return json.loads(json.dumps(summary, default=str))
+
+
+def parse_args(argv: list[str] | None = None) -> BuildOptions:
+    p = argparse.ArgumentParser(
+        prog="retool-smoke-assets",
+        description="Build the tiny model, tokenizer and synthetic_arith data for the CPU smoke run (offline).")
+    p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
+    p.add_argument("--sft-rows", type=int, default=BuildOptions.sft_rows, help="SFT training problems")
+    p.add_argument("--sft-val-rows", type=int, default=BuildOptions.sft_val_rows, help="SFT validation problems")
+    p.add_argument("--rl-rows", type=int, default=BuildOptions.rl_rows, help="RL training problems")
+    p.add_argument("--rl-val-rows", type=int, default=BuildOptions.rl_val_rows, help="synthetic RL validation problems")
+    p.add_argument("--seed", type=int, default=BuildOptions.seed, help="seed of the model weights and the data")
+    p.add_argument("--aime2025", type=Path, default=None,
+                   help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or <repo>/../shared/data/aime2025/test.jsonl)")
+    p.add_argument("--aime-rows", type=int, default=None, help="keep only the first K AIME rows (default: all)")
+    p.add_argument("--tool-config", type=Path, default=None,
+                   help="tool config with the code_interpreter schema (default: $RETOOL_TOOL_CONFIG or "
+                        "<repo>/configs/tool.yaml)")
+    p.add_argument("--layers", type=int, default=BuildOptions.layers, help="decoder layers of the tiny model")
+    p.add_argument("--hidden", type=int, default=BuildOptions.hidden, help="hidden size of the tiny model")
+    p.add_argument("--force", action="store_true", help="rebuild everything even if up to date")
+    a = p.parse_args(argv)
+    return BuildOptions(out=a.out, sft_rows=a.sft_rows, sft_val_rows=a.sft_val_rows, rl_rows=a.rl_rows,
+                        rl_val_rows=a.rl_val_rows, seed=a.seed, aime2025=a.aime2025, aime_rows=a.aime_rows,
+                        tool_config=a.tool_config, layers=a.layers, hidden=a.hidden, force=a.force)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    try:
+        manifest = build_assets(opts)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"retool-smoke-assets: error: {exc}", file=sys.stderr)
+        return 2
+    model = manifest["model"]
+    print(f"model: {model['architecture']} {model['num_parameters']:,} parameters "
+          f"({'built' if manifest['model_built'] else 'up to date'}) -> {model['path']}")
+    for rel, info in manifest["data"].items():
+        tokens = info["prompt_tokens"]
+        extra = f", conversation max {info['conversation_tokens']['max']}" if "conversation_tokens" in info else ""
+        print(f"{rel}: {info['rows']} rows, prompt tokens mean {tokens['mean']} max {tokens['max']}{extra}")
+    print(f"{'built' if manifest['data_built'] else 'up to date'} in {manifest['build_seconds']} s -> "
+          f"{Path(opts.out) / MANIFEST}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The smoke assets: synthetic_arith raw rows in the real layouts, the tiny model, and the idempotent build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from retool.smoke import build, task
+
+# The layouts as DATA_FORMATS.md states them, written out here independently of retool.smoke.task.
+RETOOL_REMINDER = (
+    "Remember to place the final answer in the last part using the format: \n"
+    "<answer>\n\\boxed{{'The final answer goes here.'}}\n</answer>"
+)
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+TOOL_ROUND = re.compile(r"<code>\n```python\n(.*?)\n```\n</code>\n<interpreter>\n(.*?)\n</interpreter>", re.S)
+ANSWER_BLOCK = re.compile(r"<answer>\n\\boxed\{(-?\d+)\}\n</answer>\Z")
+QUESTION = re.compile(r"What is (\d{3}) \* (\d{3})(?: ([+-]) (\d{2}))?\?\Z")
+
+
+def _expected_answer(question: str) -> int:
+    """Evaluate a synthetic question from its text, without the task's own expression."""
+    match = QUESTION.match(question)
+    assert match, f"unexpected question shape: {question!r}"
+    a, b, op, c = match.groups()
+    value = int(a) * int(b)
+    if op == "+":
+        value += int(c)
+    elif op == "-":
+        value -= int(c)
+    return value
+
+
+def _question_of(user_content: str) -> str:
+    return user_content.split("*user question:*", 1)[1].removesuffix(RETOOL_REMINDER).strip()
+
+
+def test_sft_rows_have_the_retool_sft_layout() -> None:
+    problems = task.make_problems(40, seed=3)
+    rows = task.sft_rows(problems, seed=4)
+    assert len(rows) == 40
+    for row, problem in zip(rows, problems):
+        assert list(row) == ["messages"]
+        user, assistant = row["messages"]
+        assert user.keys() == assistant.keys() == {"role", "content"}
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        content = user["content"]
+        assert content.count("*user question:*") == 1
+        assert content.endswith("\n\n" + RETOOL_REMINDER)  # doubled braces, single backslash, as in the data
+        assert content.startswith("Solve the following problem step by step.")
+        assert _question_of(content) == problem.question
+        reply = assistant["content"]
+        assert ANSWER_BLOCK.search(reply), reply
+        assert int(ANSWER_BLOCK.search(reply).group(1)) == _expected_answer(problem.question) == problem.answer
+        # text between tool rounds and the answer block: nothing but the tags we put there
+        assert reply.count("<code>") == reply.count("</code>") == reply.count("<interpreter>") == len(
+            TOOL_ROUND.findall(reply)) <= 1
+
+
+def test_tool_code_in_the_traces_prints_the_answer() -> None:
+    rows = task.sft_rows(task.make_problems(24, seed=5), seed=6)
+    rounds = [(TOOL_ROUND.search(r["messages"][1]["content"]), r) for r in rows]
+    rounds = [(m, r) for m, r in rounds if m]
+    assert len(rounds) == 12
+    for match, row in rounds:
+        code, shown = match.groups()
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+        expected = _expected_answer(_question_of(row["messages"][0]["content"]))
+        assert run.stdout.strip() == shown == str(expected)
+
+
+def test_about_half_of_the_sft_traces_use_the_tool() -> None:
+    rows = task.sft_rows(task.make_problems(1024, seed=0), seed=1)
+    with_tool = sum("<code>" in r["messages"][1]["content"] for r in rows)
+    assert with_tool == 512
+    quarter = task.sft_rows(task.make_problems(100, seed=0), seed=1, tool_fraction=0.25)
+    assert sum("<code>" in r["messages"][1]["content"] for r in quarter) == 25
+    with pytest.raises(ValueError, match="tool_fraction"):
+        task.sft_rows([], seed=0, tool_fraction=1.5)
+
+
+def test_rl_rows_have_the_dapo_math_layout() -> None:
+    problems = task.make_problems(30, seed=7)
+    rows = task.rl_rows(problems, seed=8)
+    for row, problem in zip(rows, problems):
+        assert list(row) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+        assert row["data_source"] == "math_dapo" and row["ability"] == "MATH"
+        assert row["prompt"] == [{"content": DAPO_PREFIX + problem.question + DAPO_SUFFIX, "role": "user"}]
+        assert row["reward_model"] == {"ground_truth": str(_expected_answer(problem.question)),
+                                       "style": "rule-lighteval/MATH_v2"}
+        assert list(row["extra_info"]) == ["index"]
+        assert uuid.UUID(row["extra_info"]["index"]).version == 4
+    assert len({r["extra_info"]["index"] for r in rows}) == 30
+    assert task.rl_rows(problems, seed=8) == rows
+    assert task.rl_rows(problems, seed=9) != rows
+
+
+def test_splits_are_disjoint_and_deterministic() -> None:
+    sizes = {"a": 300, "b": 200, "c": 100}
+    splits = task.make_splits(sizes, seed=11)
+    assert {k: len(v) for k, v in splits.items()} == sizes
+    expressions = [p.expression for split in splits.values() for p in split]
+    assert len(set(expressions)) == 600
+    assert task.make_splits(sizes, seed=11) == splits
+    assert task.make_splits(sizes, seed=12) != splits
+    with pytest.raises(ValueError):
+        task.make_problems(-1, seed=0)
+
+
+def test_aime_default_is_relative_to_the_repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("RETOOL_AIME2025", raising=False)
+    package_root = Path(build.__file__).resolve().parents[2]
+    assert build.default_aime2025() == package_root / ".." / "shared" / "data" / "aime2025" / "test.jsonl"
+    monkeypatch.setenv("RETOOL_AIME2025", str(tmp_path / "aime.jsonl"))
+    assert build.default_aime2025() == tmp_path / "aime.jsonl"
+
+
+def test_missing_inputs_fail_fast_with_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.jsonl"
+    assert build.main(["--out", str(tmp_path / "out"), "--aime2025", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "--aime2025" in err and "RETOOL_AIME2025" in err
+    assert not (tmp_path / "out" / "model").exists()  # nothing built before the inputs were checked
+    assert build.main(["--out", str(tmp_path / "out"), "--rl-rows", "0"]) == 2
+    assert "--rl-rows" in capsys.readouterr().err
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("smoke-assets")
+    opts = build.BuildOptions(out=out, sft_rows=32, sft_val_rows=8, rl_rows=16, rl_val_rows=8, aime_rows=5, seed=0)
+    return out, build.build_assets(opts)
+
+
+@pytest.mark.slow
+def test_tiny_model_loads_with_transformers_and_generates(assets: tuple[Path, dict]) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, manifest = assets
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    config = model.config
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.dtype == torch.bfloat16
+    assert (config.vocab_size, config.num_hidden_layers, config.hidden_size) == (151_936, 4, 128)
+    assert config.tie_word_embeddings and model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert (model.generation_config.eos_token_id, model.generation_config.pad_token_id) == (151_645, 151_643)
+    assert tokenizer.convert_tokens_to_ids(["<|im_end|>", "<tool_call>"]) == [151_645, 151_657]
+    n_params = sum(p.numel() for p in model.parameters())
+    assert n_params == manifest["model"]["num_parameters"] and 19e6 < n_params < 22e6
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 347 * 829?"}],
+                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    generated = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+    assert generated.shape[1] > prompt["input_ids"].shape[1]
+
+
+@pytest.mark.slow
+def test_build_writes_converted_data_and_a_manifest(assets: tuple[Path, dict]) -> None:
+    import pyarrow.parquet as pq
+
+    out, manifest = assets
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    data = manifest["data"]
+    assert {rel: info["rows"] for rel, info in data.items()} == {
+        "data/sft_train.parquet": 32, "data/sft_val.parquet": 8, "data/rl_train.parquet": 16,
+        "data/rl_val_synthetic.parquet": 8, "data/rl_val_aime2025.parquet": 5}
+    assert data["data/sft_train.parquet"]["tool_rate"] == 0.5
+    assert data["data/rl_train.parquet"]["data_sources"] == ["synthetic_arith"]
+    assert data["data/rl_val_aime2025.parquet"]["data_sources"] == ["aime_2025"]
+    # short sequences for the tiny model, and SFT prompts shaped like the RL prompts it will see
+    assert data["data/sft_train.parquet"]["conversation_tokens"]["max"] <= 384
+    sft_prompt = data["data/sft_train.parquet"]["prompt_tokens"]
+    rl_prompt = data["data/rl_train.parquet"]["prompt_tokens"]
+    assert abs(sft_prompt["mean"] - rl_prompt["mean"]) <= 10, (sft_prompt, rl_prompt)
+    rl = pq.read_table(out / "data/rl_train.parquet").to_pylist()
+    assert all(r["reward_model"]["ground_truth"] == str(_expected_answer(
+        re.search(r"What is [^?]*\?", r["prompt"][-1]["content"]).group(0))) for r in rl)
+
+
+@pytest.mark.slow
+def test_build_is_idempotent_and_rebuilds_only_what_changed(assets: tuple[Path, dict]) -> None:
+    out, first = assets
+    weights = out / "model" / "model.safetensors"
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
+    stamps[weights] = weights.stat().st_mtime_ns
+    digest = _sha256(weights)
+
+    opts = build.BuildOptions(out=out, sft_rows=32, sft_val_rows=8, rl_rows=16, rl_val_rows=8, aime_rows=5, seed=0)
+    again = build.build_assets(opts)
+    assert (again["model_built"], again["data_built"]) == (False, False)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert again["data"] == first["data"]
+
+    more = build.build_assets(build.BuildOptions(**{**opts.__dict__, "rl_rows": 24}))
+    assert (more["model_built"], more["data_built"]) == (False, True)
+    assert more["data"]["data/rl_train.parquet"]["rows"] == 24
+    assert weights.stat().st_mtime_ns == stamps[weights]
+
+    forced = build.build_assets(build.BuildOptions(**{**opts.__dict__, "force": True}))
+    assert (forced["model_built"], forced["data_built"]) == (True, True)
+    assert _sha256(weights) == digest  # same seed, same weights
+    assert forced["data"] == first["data"]

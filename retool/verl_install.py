@@ -151,7 +151,10 @@ def install(source: str, python: str, cache: Path, git_url: str) -> Path:
     verify_tree(src, pin)
     patches = patch_files()
     apply_patches(src, patches)
-    _run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(src)], "pip install of patched verl")
+    # Uninstall first so the patched tree always replaces an installed verl of the same version; verl's own
+    # dependencies are resolved normally (already satisfied ones are kept).
+    subprocess.run([python, "-m", "pip", "uninstall", "--yes", "--quiet", "verl"], capture_output=True)
+    _run([python, "-m", "pip", "install", "--quiet", str(src)], "pip install of patched verl")
     shutil.rmtree(src.parent, ignore_errors=True)
     return src
 

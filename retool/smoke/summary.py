@@ -1,0 +1,173 @@
+"""Summarise a smoke run folder: wall time and peak host memory per stage, SFT loss, RL reward, tool use.
+
+    python -m retool.smoke.summary --run-dir runs/smoke-...
+
+Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, tensorboard/{sft,dapo},
+sandbox_health.json) and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
+on, so a missing input is reported in the summary (and fails the test), never papered over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# verl's tag names, the ones users of the recipe watch.
+SFT_LOSS = "train/loss"
+RL_TAGS = {
+    "reward_mean": "critic/rewards/mean",
+    "score_mean": "critic/score/mean",
+    "num_turns_mean": "num_turns/mean",
+    "response_length_mean": "response_length/mean",
+}
+VAL_PREFIXES = ("val-core/", "val-aux/")
+
+
+def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag under ``logdir`` -> [(step, value)], sorted by step (later writes of a step win)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series: dict[str, dict[int, float]] = {}
+    for events_file in sorted(logdir.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events_file), size_guidance={"scalars": 0, "tensors": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            for event in acc.Scalars(tag):
+                series.setdefault(tag, {})[event.step] = event.value
+        # torch's SummaryWriter can store scalars as tensors in newer tensorboard versions
+        for tag in acc.Tags().get("tensors", []):
+            for event in acc.Tensors(tag):
+                proto = event.tensor_proto
+                if proto.dtype and not proto.string_val and (proto.float_val or proto.double_val):
+                    value = (list(proto.float_val) or list(proto.double_val))[0]
+                    series.setdefault(tag, {})[event.step] = float(value)
+    return {tag: sorted(points.items()) for tag, points in series.items()}
+
+
+def read_text_tags(logdir: Path) -> list[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events_file in sorted(logdir.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events_file), size_guidance={"tensors": 0})
+        acc.Reload()
+        tags.update(t for t in acc.Tags().get("tensors", []) if "text_summary" in t or "generations" in t)
+    return sorted(tags)
+
+
+def _stage_times(run_dir: Path) -> dict[str, tuple[float, float]]:
+    path = run_dir / "logs" / "stages.tsv"
+    stages = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, start, end = line.split("\t")
+            stages[name] = (float(start), float(end))
+    return stages
+
+
+def _memory_samples(run_dir: Path) -> list[tuple[float, int]]:
+    path = run_dir / "logs" / "memory.tsv"
+    samples = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) == 2 and parts[1].strip().isdigit():
+                samples.append((float(parts[0]), int(parts[1])))
+    return samples
+
+
+def _first_last(points: list[tuple[int, float]]) -> dict[str, float] | None:
+    if not points:
+        return None
+    return {"first": points[0][1], "last": points[-1][1], "steps": len(points),
+            "min": min(v for _, v in points), "max": max(v for _, v in points)}
+
+
+def summarise(run_dir: Path) -> dict[str, Any]:
+    stages = _stage_times(run_dir)
+    memory = _memory_samples(run_dir)
+    baseline = memory[0][1] if memory else 0
+    stage_rows = {}
+    for name, (start, end) in stages.items():
+        inside = [kb for t, kb in memory if start <= t <= end]
+        stage_rows[name] = {
+            "wall_s": round(end - start, 1),
+            "peak_host_mem_gb": round(max(inside) / 2**20, 2) if inside else None,
+            "peak_over_start_gb": round((max(inside) - baseline) / 2**20, 2) if inside else None,
+        }
+
+    sft = read_scalars(run_dir / "tensorboard" / "sft") if (run_dir / "tensorboard" / "sft").is_dir() else {}
+    rl_dir = run_dir / "tensorboard" / "dapo"
+    rl = read_scalars(rl_dir) if rl_dir.is_dir() else {}
+    health_path = run_dir / "sandbox_health.json"
+    health = json.loads(health_path.read_text()) if health_path.is_file() else None
+
+    summary: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "stages": stage_rows,
+        "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
+        "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,
+        "sft": {"loss": _first_last(sft.get(SFT_LOSS, []))},
+        "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
+        "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
+        "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
+        "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
+        "rl_tags": sorted(rl),
+        "sandbox": health,
+    }
+    return summary
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "missing"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_markdown(s: dict[str, Any]) -> str:
+    lines = [f"# Smoke run summary: {s['run_dir']}", "", "| stage | wall time (s) | peak host memory in use (GB) |",
+             "|---|---|---|"]
+    for name, row in s["stages"].items():
+        lines.append(f"| {name} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
+    lines += [f"| total | {s['total_wall_s']} | {_fmt(s['peak_host_mem_gb'])} |", "",
+              "| signal | first | last | min | max | points |", "|---|---|---|---|---|---|"]
+    rows = {"SFT train/loss": s["sft"]["loss"]}
+    rows.update({f"RL {RL_TAGS[k]}": v for k, v in s["rl"].items()})
+    for label, stats in rows.items():
+        if stats is None:
+            lines.append(f"| {label} | missing | | | | |")
+        else:
+            lines.append(f"| {label} | {_fmt(stats['first'])} | {_fmt(stats['last'])} | {_fmt(stats['min'])} | "
+                         f"{_fmt(stats['max'])} | {stats['steps']} |")
+    lines += ["", "Validation (step: value):", ""]
+    for tag, points in s["validation"].items():
+        if "/acc/" in tag or "num_turns" in tag or "/score/" in tag:
+            lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
+    health = s.get("sandbox") or {}
+    if health:
+        lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, counters `{json.dumps(health.get('counters'))}`"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Summarise a smoke run folder (writes summary.json, summary.md)")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not args.run_dir.is_dir():
+        print(f"error: run folder {args.run_dir} does not exist", file=sys.stderr)
+        return 1
+    summary = summarise(args.run_dir)
+    (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    markdown = render_markdown(summary)
+    (args.run_dir / "summary.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The whole recipe end to end on this CPU (run_smoke_cpu.sh): asserts the signals, not just the exit code.
+
+SFT must lower the loss; the RL rollouts must make tool calls that the sandbox really executed; reward, num_turns and
+validation curves must be in TensorBoard under verl's tag names; the run folder must hold what users look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retool.smoke.summary import read_scalars, read_text_tags
+
+pytestmark = [pytest.mark.slow, pytest.mark.verl]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    # E2E_RUN_DIR keeps the folder for inspection (CI prints its summary either way).
+    run_dir = Path(os.environ.get("E2E_RUN_DIR") or tmp_path_factory.mktemp("smoke") / "run")
+    env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
+    env.pop("DRY_RUN", None)
+    proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=40 * 60)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs" / "smoke.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"run_smoke_cpu.sh exited {proc.returncode}; tail of its output:\n{proc.stdout[-4000:]}\n"
+                    f"{proc.stderr[-4000:]}")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def summary(run_dir) -> dict:
+    data = json.loads((run_dir / "summary.json").read_text())
+    print((run_dir / "summary.md").read_text())
+    return data
+
+
+def test_sft_loss_fell(summary):
+    loss = summary["sft"]["loss"]
+    assert loss is not None and loss["steps"] >= 20
+    assert loss["last"] < 0.5 * loss["first"], loss
+
+
+def test_merged_sft_model_is_a_hugging_face_checkpoint(run_dir):
+    merged = run_dir / "sft_merged"
+    config = json.loads((merged / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"]
+    assert list(merged.glob("*.safetensors")) and (merged / "tokenizer.json").is_file()
+
+
+def test_rollouts_made_tool_calls_the_sandbox_executed(summary):
+    counters = summary["sandbox"]["counters"]
+    assert counters["executed"] > 0, counters
+    turns = summary["rl"]["num_turns_mean"]
+    # num_turns = 2 + 2 x tool rounds: a mean above 2 means trajectories held executed tool rounds.
+    assert turns is not None and turns["max"] > 2.0, turns
+
+
+def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
+    scalars = read_scalars(run_dir / "tensorboard" / "dapo")
+    for tag in ("critic/rewards/mean", "critic/score/mean", "num_turns/mean", "response_length/mean",
+                "val-aux/num_turns/mean"):
+        assert tag in scalars, f"{tag} missing; tags: {sorted(scalars)}"
+    assert len(scalars["critic/rewards/mean"]) == summary["rl_steps"] >= 3
+    val_acc = [t for t in scalars if t.startswith("val-core/") and "/acc/mean@" in t]
+    assert any(t.startswith("val-core/aime_2025/") for t in val_acc), val_acc
+    assert any(t.startswith("val-core/synthetic_arith/") for t in val_acc), val_acc
+    # validation before training and after the last step
+    assert all(len(scalars[t]) >= 2 for t in val_acc)
+    assert read_text_tags(run_dir / "tensorboard" / "dapo"), "validation generations (TEXT tab) missing"
+
+
+def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):
+    for name in ("sft.resolved.yaml", "dapo.resolved.yaml", "logs/sft.log", "logs/dapo.log", "summary.md"):
+        assert (run_dir / name).is_file(), name
+    assert set(summary["stages"]) == {"assets", "sft", "merge", "rl"}
+    assert summary["peak_host_mem_gb"] and summary["peak_host_mem_gb"] > 1

@@ -121,6 +121,12 @@ def summarise(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+def _headline_validation_tag(tag: str) -> bool:
+    """Accuracy mean@N per data source and the mean number of turns: the validation curves users watch."""
+    leaf = tag.rsplit("/", 1)[-1]
+    return (("/acc/" in tag or "/num_turns/" in tag) and leaf.startswith("mean@")) or tag == "val-aux/num_turns/mean"
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "missing"
@@ -146,7 +152,7 @@ def render_markdown(s: dict[str, Any]) -> str:
                          f"{_fmt(stats['max'])} | {stats['steps']} |")
     lines += ["", "Validation (step: value):", ""]
     for tag, points in s["validation"].items():
-        if "/acc/" in tag or "num_turns" in tag or "/score/" in tag:
+        if _headline_validation_tag(tag):
             lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
     health = s.get("sandbox") or {}
     if health:

@@ -59,7 +59,7 @@ def test_merged_sft_model_is_a_hugging_face_checkpoint(run_dir):
 
 def test_rollouts_made_tool_calls_the_sandbox_executed(summary):
     counters = summary["sandbox"]["counters"]
-    assert counters["executed"] > 0, counters
+    assert counters["requests"] > 0 and counters["success"] > 0, counters
     turns = summary["rl"]["num_turns_mean"]
     # num_turns = 2 + 2 x tool rounds: a mean above 2 means trajectories held executed tool rounds.
     assert turns is not None and turns["max"] > 2.0, turns

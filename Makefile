@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast bench clean-runs
+.PHONY: setup smoke test test-fast bench lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -27,6 +27,9 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md
+
+lint: setup
+	$(PY) -m ruff check --select F,E9 retool tests bench retool_sft_preprocess.py
 
 clean-runs:
 	rm -rf runs

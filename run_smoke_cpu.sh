@@ -81,3 +81,4 @@ stage rl "$REPO_DIR/scripts/launch.sh" dapo +smoke=dapo "$@"
 
 curl -fsS "$SANDBOX_BASE/health" > "$RUN_DIR/sandbox_health.json" || echo "warning: sandbox /health did not answer" >&2
 "$PYTHON" -m retool.smoke.summary --run-dir "$RUN_DIR"
+"$PYTHON" -m retool.report --logdir "$RUN_DIR/tensorboard" --output "$RUN_DIR/report"

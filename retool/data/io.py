@@ -11,9 +11,11 @@ reached the error says how to download the data and pass the local copy instead.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +237,29 @@ def _write_batch(writer: pq.ParquetWriter | None, tmp: Path, batch: list[dict[st
         writer = pq.ParquetWriter(tmp, table.schema)
     writer.write_table(table)
     return writer
+
+
+def add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options both converters share: error policy, split selection, JSON report."""
+    parser.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+                        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)")
+    parser.add_argument("--split", default=None, help="split of a multi-split dataset, or a data-file name filter")
+    parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
+
+
+def run_conversion(prog: str, convert: Callable[[], dict[str, Any]], describe: Callable[[dict[str, Any]], str],
+                   report: Path | None, input_errors: tuple[type[Exception], ...]) -> int:
+    """Run a converter for a CLI: print its summary (and save it as JSON), or one error line.
+
+    Exit codes: 0 done, 1 a row could not be converted under --on-error fail, 2 the input itself is unusable.
+    """
+    try:
+        summary = convert()
+    except (ConversionError, *input_errors) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, ConversionError) else 2
+    print(describe(summary))
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0

@@ -20,9 +20,7 @@ index and of each problem text (whitespace-normalised) and counts what it droppe
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -30,7 +28,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from retool.data.io import ConversionError, DataSourceError, RowSource, open_rows, write_parquet
+from retool.data.io import (
+    ConversionError,
+    DataSourceError,
+    RowSource,
+    add_conversion_arguments,
+    open_rows,
+    run_conversion,
+    write_parquet,
+)
 from retool.data.prompt import user_prompt
 
 TOOL_NAME = "code_interpreter"
@@ -307,22 +313,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="input layout; auto detects it from columns, rows and name (default: %(default)s)")
     parser.add_argument("--dedupe", action="store_true", help="keep one row per index and per problem text")
     parser.add_argument("--limit", type=_positive_int, default=None, help="write at most this many rows")
-    parser.add_argument("--on-error", choices=("skip", "fail"), default="skip",
-                        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)")
-    parser.add_argument("--split", default=None, help="split of a multi-split dataset, or a data-file name filter")
-    parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
+    add_conversion_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        summary = prepare(args.input, args.output, source=args.source, dedupe=args.dedupe, limit=args.limit,
-                          on_error=args.on_error, split=args.split)
-    except (DataSourceError, ConversionError) as exc:
-        print(f"retool-prepare-rl: error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, ConversionError) else 2
-    print(format_summary(summary))
-    if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return 0
+    return run_conversion(
+        "retool-prepare-rl",
+        lambda: prepare(args.input, args.output, source=args.source, dedupe=args.dedupe, limit=args.limit,
+                        on_error=args.on_error, split=args.split),
+        format_summary, args.report, input_errors=(DataSourceError,),
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,7 +38,14 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-from retool.data.io import ConversionError, DataSourceError, open_rows, write_parquet
+from retool.data.io import (
+    ConversionError,
+    DataSourceError,
+    add_conversion_arguments,
+    open_rows,
+    run_conversion,
+    write_parquet,
+)
 from retool.data.prompt import user_prompt
 
 TOOL_NAME = "code_interpreter"
@@ -393,21 +399,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
     parser.add_argument("--tool-config", type=Path, default=DEFAULT_TOOL_CONFIG,
                         help="verl tool YAML holding the code_interpreter schema (default: %(default)s)")
-    parser.add_argument("--on-error", choices=("skip", "fail"), default="skip",
-                        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)")
-    parser.add_argument("--split", default=None, help="split of a multi-split dataset, or a data-file name filter")
-    parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
+    add_conversion_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        summary = preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split)
-    except (DataSourceError, ToolConfigError, ConversionError) as exc:
-        print(f"retool-sft-preprocess: error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, ConversionError) else 2
-    print(format_summary(summary))
-    if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return 0
+    return run_conversion(
+        "retool-sft-preprocess",
+        lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split),
+        format_summary, args.report, input_errors=(DataSourceError, ToolConfigError),
+    )
 
 
 if __name__ == "__main__":

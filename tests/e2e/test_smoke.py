@@ -80,7 +80,10 @@ def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
 
 
 def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):
-    for name in ("sft.resolved.yaml", "dapo.resolved.yaml", "logs/sft.log", "logs/dapo.log", "summary.md"):
+    for name in ("sft.resolved.yaml", "dapo.resolved.yaml", "logs/sft.log", "logs/dapo.log", "summary.md",
+                 "report/report.md"):
         assert (run_dir / name).is_file(), name
     assert set(summary["stages"]) == {"assets", "sft", "merge", "rl"}
     assert summary["peak_host_mem_gb"] and summary["peak_host_mem_gb"] > 1
+    pngs = list((run_dir / "report").glob("*.png"))
+    assert len(pngs) >= 4 and all(p.stat().st_size > 5000 for p in pngs), pngs

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from retool_data_helpers import AIME_DIR, DAPO_PREFIX, DAPO_SUFFIX, dapo_row
+from retool_data_helpers import AIME_DIR, DAPO_PREFIX, dapo_row
 
 from retool.data.io import ConversionError, DataSourceError
 from retool.data.prompt import ANSWER_INSTRUCTION

@@ -470,7 +470,6 @@ async def test_embedded_sandbox_timeout_keeps_partial_output(embedded_url):
     assert text.startswith("tick") and "Execution timed out after 1 s" in text and metrics["timed_out"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the embedded sandbox runs user Python with buffered stdout (no -u)")
 async def test_embedded_sandbox_keeps_unflushed_output_on_timeout(embedded_url):
     code = "import time\nprint('tick')\ntime.sleep(20)"  # what models write: no flush
     text, _ = await call(make_tool(embedded_url, default_timeout=1), code)

@@ -1,0 +1,348 @@
+"""Isolation tiers: how a sandbox is launched and how everything it started is killed afterwards.
+
+A sandbox is identified by a number ``box``; with root it runs as uid ``uid_base + box`` (see ``reserve_uids``).
+Tiers, strongest first (the server picks the first whose self-test passes, see ``executor.choose_isolation``):
+
+``bwrap``
+    bubblewrap with new pid, network, ipc, uts (and cgroup) namespaces; a minimal read-only filesystem (/usr, the
+    interpreter's prefixes, a few /etc files); private /tmp and /dev/shm; the work dir as the only writable host
+    path; ``--die-with-parent``. As root, bwrap itself runs privileged (so it can mount interpreter trees under
+    0700 parents such as /root) and ``setpriv`` drops the program to the sandbox uid with every capability gone.
+    As non-root, bwrap runs in its own user namespace with ``--disable-userns``.
+``rlimit``
+    Needs root: the program runs as the sandbox uid (no /etc/passwd entry needed), in its own session, with
+    resource limits. Same network, same filesystem view (as an unprivileged user) as the host.
+``none``
+    Only resource limits and a clean environment, as the server's own user. Only on explicit request.
+
+Resource limits (address space, CPU seconds, processes, file size, open files, no core dumps) are applied by the
+executor's bootstrap inside the sandbox, as the sandbox uid, before the program runs, so the server never runs
+Python code between fork and exec. Dedicated uids make ``RLIMIT_NPROC`` meaningful (it is not enforced for root)
+and let ``kill(-1)`` issued as that uid remove every leftover process, including ``setsid``-detached ones.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+TIERS = ("bwrap", "rlimit", "none")
+BWRAP_WORKDIR = "/workspace"
+UID_BLOCK = 256  # sandbox uids per server: two per slot, so at most 128 slots
+UID_BLOCKS = range(61000, 65534 - UID_BLOCK, UID_BLOCK)  # 17 blocks, all below nobody (65534)
+_MB = 1024 * 1024
+
+
+class IsolationUnavailable(RuntimeError):
+    """A tier cannot work on this host; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python that runs user code: the path to exec and the directory trees it needs to see."""
+
+    executable: str
+    version: str
+    trees: tuple[str, ...]
+
+    @classmethod
+    def probe(cls, python: str) -> "Interpreter":
+        """Ask ``python`` for its real executable and prefixes (resolves pyenv-style shims to the binary)."""
+        code = (
+            "import json, sys; print(json.dumps({'executable': sys.executable, 'version': sys.version.split()[0],"
+            " 'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]}))"
+        )
+        try:
+            out = subprocess.run(
+                [python, "-c", code], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise IsolationUnavailable(f"cannot run interpreter {python!r}: {exc}; pass --python PATH") from exc
+        if out.returncode != 0:
+            raise IsolationUnavailable(
+                f"interpreter {python!r} failed (exit {out.returncode}): {out.stderr.strip()[-500:]}; pass --python"
+            )
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+        executable = info["executable"]
+        trees = {os.path.realpath(executable).rsplit("/bin/", 1)[0]}
+        for prefix in info["prefixes"]:
+            trees.add(prefix)
+            trees.add(os.path.realpath(prefix))
+        return cls(executable=executable, version=info["version"], trees=tuple(sorted(trees)))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run resource limits. ``memory_mb=None`` means no address-space limit."""
+
+    memory_mb: int | None
+    cpu_seconds: int
+    max_processes: int
+    max_file_size_mb: int
+    max_open_files: int = 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``subprocess.Popen`` needs to start one run."""
+
+    argv: list[str]
+    cwd: str
+    user: int | None = None
+    env_tmpdir: str = ""
+
+
+def reserve_uids(base: int | None = None) -> tuple[int, int | None]:
+    """Reserve a block of UID_BLOCK sandbox uids for this server: (first uid, lock fd to keep open).
+
+    Two servers on one host must never share uids, because a uid sweep of one would kill the other's programs.
+    The reservation is an flock on a per-block file in the temp dir, released when the server exits. ``base``
+    picks a block explicitly; otherwise the first free one is taken. Without root no uids are switched, so
+    nothing is reserved (the lock fd is None).
+    """
+    if os.geteuid() != 0:
+        return (base if base is not None else UID_BLOCKS[0]), None
+    for candidate in [base] if base is not None else UID_BLOCKS:
+        path = os.path.join(tempfile.gettempdir(), f"retool-sandbox-uids-{candidate}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return candidate, fd
+    raise IsolationUnavailable(
+        f"sandbox uids {base}..{base + UID_BLOCK - 1} are in use by another retool-sandbox; pick another --uid-base"
+        if base is not None else f"all {len(UID_BLOCKS)} sandbox uid blocks are in use by other retool-sandbox servers"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _tool(name: str) -> str:
+    path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if path is None:
+        package = "bubblewrap" if name == "bwrap" else "util-linux/procps"
+        raise IsolationUnavailable(
+            f"`{name}` is not installed: run scripts/install_system_packages.sh (apt-get install {package})"
+        )
+    return path
+
+
+def kill_uid(uid: int, sig: str = "KILL") -> None:
+    """Signal every process whose real uid is ``uid`` (``kill(-1)`` issued as that uid cannot reach anyone else)."""
+    if uid < 1000 or uid == os.getuid():
+        raise ValueError(f"refusing to signal uid {uid}: not a dedicated sandbox uid")
+    for _ in range(2 if sig == "KILL" else 1):  # a second SIGKILL pass catches a fork that raced the first
+        # Exit status 1 only means "nothing left to signal"; anything on stderr means the sweep itself is broken.
+        done = subprocess.run(
+            [_tool("kill"), f"-{sig}", "-1"], user=uid, group=uid, extra_groups=[], env={}, close_fds=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+        )
+        if done.stderr.strip():
+            raise RuntimeError(f"signalling the processes of uid {uid} failed: {done.stderr.decode()[-300:]}")
+
+
+def _killpg(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class Isolation:
+    """Base tier: no isolation beyond rlimits, a clean environment and a process-group kill."""
+
+    interpreter: Interpreter
+    uid_base: int = 61000
+    name: str = "none"
+
+    def uid(self, box: int) -> int | None:
+        """The unprivileged uid of sandbox number ``box``, or None when the tier runs code as the server's user."""
+        return None
+
+    @property
+    def limits_processes(self) -> bool:
+        """Whether RLIMIT_NPROC applies: only with a dedicated uid (it counts every process of the uid)."""
+        return self.uid(0) is not None
+
+    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+        """How to start the interpreter with ``args`` in sandbox ``box`` with host work dir ``workdir``."""
+        return Launch(argv=[self.interpreter.executable, *args], cwd=workdir, env_tmpdir=workdir)
+
+    def inner_workdir(self, workdir: str) -> str:
+        """The work dir as the program sees it."""
+        return workdir
+
+    def interrupt(self, box: int, pid: int) -> None:
+        """On timeout, first SIGINT the program so Python flushes its buffered output (KeyboardInterrupt)."""
+        _killpg(pid, signal.SIGINT)
+
+    def kill(self, box: int, pid: int) -> None:
+        """Kill the run started as ``pid`` (and whatever it started) on timeout."""
+        _killpg(pid)
+
+    def cleanup(self, box: int, pid: int) -> None:
+        """After the run's main process exited: make sure nothing it started survives."""
+        _killpg(pid)
+
+    def check(self) -> None:
+        """Raise IsolationUnavailable if the tier cannot work here (before the functional self-test)."""
+
+
+@dataclass
+class RlimitIsolation(Isolation):
+    """Per-slot unprivileged uid + rlimits + session; leftovers killed by uid sweep after every run."""
+
+    name: str = "rlimit"
+
+    def uid(self, box: int) -> int | None:
+        return self.uid_base + box
+
+    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+        argv = [self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, user=self.uid_base + box, env_tmpdir=workdir)
+
+    def interrupt(self, box: int, pid: int) -> None:
+        kill_uid(self.uid_base + box, "INT")
+
+    def kill(self, box: int, pid: int) -> None:
+        _killpg(pid)
+        kill_uid(self.uid_base + box)
+
+    def cleanup(self, box: int, pid: int) -> None:
+        kill_uid(self.uid_base + box)
+
+    def check(self) -> None:
+        super().check()
+        _tool("kill")
+        if os.geteuid() != 0:
+            raise IsolationUnavailable("the rlimit tier needs root to switch to per-slot uids")
+        blocked = _unreachable_parent(self.interpreter.executable)
+        if blocked is not None:
+            raise IsolationUnavailable(
+                f"interpreter {self.interpreter.executable} is not reachable by an unprivileged uid: "
+                f"{blocked} is not world-searchable; install bubblewrap (scripts/install_system_packages.sh) "
+                "or pass --python with an interpreter outside that directory"
+            )
+
+
+def _unreachable_parent(path: str) -> str | None:
+    """The first directory on the way to ``path`` (symlinks followed) that others cannot search, if any."""
+    for target in {path, os.path.realpath(path)}:
+        parts = Path(target).parts
+        for i in range(1, len(parts)):
+            parent = os.path.join(*parts[:i])
+            if not os.stat(parent).st_mode & 0o001:
+                return parent
+    return None
+
+
+@dataclass
+class BwrapIsolation(Isolation):
+    """bubblewrap namespaces + minimal read-only filesystem (+ per-slot uid via setpriv when root)."""
+
+    name: str = "bwrap"
+    tmpfs_mb: int = 256
+
+    def __post_init__(self) -> None:
+        self._root = os.geteuid() == 0
+        self._fs = self._filesystem_args()
+
+    def uid(self, box: int) -> int | None:
+        return self.uid_base + box if self._root else None
+
+    def inner_workdir(self, workdir: str) -> str:
+        return BWRAP_WORKDIR
+
+    def _filesystem_args(self) -> list[str]:
+        args = ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+            path = "/etc/" + name
+            if os.path.exists(path):
+                args += ["--ro-bind", path, path]
+        size = str(self.tmpfs_mb * _MB)
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+        args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+        bound = ["/usr"]
+        made = {"/tmp", "/dev", "/dev/shm", "/proc"}
+        for tree in self.interpreter.trees:
+            if not os.path.isdir(tree) or any(tree == b or tree.startswith(b + "/") for b in bound):
+                continue
+            # Parents that bwrap would create are 0700; make them 0755 so the slot uid can get through.
+            for parent in reversed([str(p) for p in Path(tree).parents if str(p) != "/"]):
+                if parent not in made and not any(parent == b or parent.startswith(b + "/") for b in bound):
+                    args += ["--perms", "0755", "--dir", parent]
+                    made.add(parent)
+            args += ["--ro-bind", tree, tree]
+            bound.append(tree)
+        return args
+
+    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+        argv = [_tool("bwrap")]
+        if self._root:
+            # Privileged bwrap (no user namespace) so the slot uid stays a real host uid: RLIMIT_NPROC applies.
+            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+        else:
+            argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        argv += self._fs + ["--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--"]
+        if self._root:
+            uid = str(self.uid_base + box)
+            argv += [
+                _tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
+            ]
+        argv += [self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
+
+    def interrupt(self, box: int, pid: int) -> None:
+        # The program runs in its own session inside bwrap: only its uid reaches it (root mode).
+        uid = self.uid(box)
+        if uid is not None:
+            kill_uid(uid, "INT")
+
+    def kill(self, box: int, pid: int) -> None:
+        # bwrap's pid-1 dies with bwrap (--die-with-parent), which tears down the whole pid namespace.
+        _killpg(pid)
+        uid = self.uid(box)
+        if uid is not None:
+            kill_uid(uid)
+
+    def cleanup(self, box: int, pid: int) -> None:
+        # Nothing to do: when the program exits, bwrap's pid 1 exits and the kernel kills the namespace.
+        pass
+
+    def check(self) -> None:
+        super().check()
+        bwrap = _tool("bwrap")
+        if self._root:
+            _tool("setpriv")
+            _tool("kill")
+        else:
+            help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True).stdout
+            if "--disable-userns" not in help_text:
+                raise IsolationUnavailable("bubblewrap >= 0.8 is needed for --disable-userns when not root")
+
+
+def make_isolation(tier: str, interpreter: Interpreter, uid_base: int) -> Isolation:
+    """Build the tier object named ``tier`` (one of TIERS)."""
+    classes = {"bwrap": BwrapIsolation, "rlimit": RlimitIsolation, "none": Isolation}
+    if tier not in classes:
+        raise ValueError(f"unknown isolation tier {tier!r}; choose one of {', '.join(TIERS)} or auto")
+    return classes[tier](interpreter=interpreter, uid_base=uid_base)

@@ -1,0 +1,53 @@
+"""Real sandbox servers on free loopback ports, shared per test session (each starts in about a second)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from sandbox_helpers import SECRET, get, unprivileged_python
+
+from retool.sandbox.testing import running_sandbox
+
+
+@pytest.fixture(scope="session")
+def bwrap_url():
+    """The default server: auto isolation (must pick bwrap here), 2 slots; generous timeouts for loaded hosts."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: run scripts/install_system_packages.sh")
+    opts = dict(isolation="auto", slots=2, default_timeout=20, max_timeout=20)
+    with running_sandbox(env={"RETOOL_SECRET": SECRET}, **opts) as url:
+        assert get(url + "/health")["isolation"] == "bwrap"
+        yield url
+
+
+@pytest.fixture(scope="session")
+def rlimit_url():
+    if os.geteuid() != 0:
+        pytest.skip("the rlimit tier needs root")
+    python = unprivileged_python()
+    if python is None:
+        pytest.skip("no interpreter reachable by an unprivileged uid")
+    with running_sandbox(isolation="rlimit", slots=2, default_timeout=20, max_timeout=20, python=python,
+                         env={"RETOOL_SECRET": SECRET}) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_work_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny-work-root")
+
+
+@pytest.fixture(scope="session")
+def tiny_url(tiny_work_root):
+    """One slot, a 0.5 s queue timeout, timeouts clamped to 3 s: easy to saturate."""
+    opts = dict(slots=1, queue_timeout=0.5, default_timeout=2, max_timeout=3, work_root=tiny_work_root)
+    with running_sandbox(**opts) as url:
+        yield url
+
+
+@pytest.fixture(params=["bwrap", "rlimit"])
+def tier_url(request) -> tuple[str, str]:
+    """Each isolating tier in turn: (tier name, base URL)."""
+    return request.param, request.getfixturevalue(f"{request.param}_url")

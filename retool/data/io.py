@@ -247,6 +247,17 @@ def add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
 
 
+def skipped_rows_lines(summary: dict[str, Any], max_rows: int) -> list[str]:
+    """Report lines for the skipped rows of a converter summary: reasons, then the first `max_rows` rows."""
+    if not summary["skipped"]:
+        return []
+    lines = [f"skip reasons: {summary['skip_reasons']}"]
+    lines += [f"  row {item['row']}: [{item['kind']}] {item['reason']}" for item in summary["skipped_rows"][:max_rows]]
+    if summary["skipped"] > max_rows:
+        lines.append(f"  ... {summary['skipped'] - max_rows} more (write them all with --report FILE)")
+    return lines
+
+
 def run_conversion(prog: str, convert: Callable[[], dict[str, Any]], describe: Callable[[dict[str, Any]], str],
                    report: Path | None, input_errors: tuple[type[Exception], ...]) -> int:
     """Run a converter for a CLI: print its summary (and save it as JSON), or one error line.

@@ -44,6 +44,7 @@ from retool.data.io import (
     add_conversion_arguments,
     open_rows,
     run_conversion,
+    skipped_rows_lines,
     write_parquet,
 )
 from retool.data.prompt import user_prompt
@@ -379,12 +380,7 @@ def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
     ]
     if summary["repairs"]:
         lines.append(f"repaired: {summary['repairs']}")
-    if summary["skipped"]:
-        lines.append(f"skip reasons: {summary['skip_reasons']}")
-        for item in summary["skipped_rows"][:max_rows]:
-            lines.append(f"  row {item['row']}: [{item['kind']}] {item['reason']}")
-        if summary["skipped"] > max_rows:
-            lines.append(f"  ... {summary['skipped'] - max_rows} more (write them all with --report FILE)")
+    lines += skipped_rows_lines(summary, max_rows)
     return "\n".join(lines)
 
 

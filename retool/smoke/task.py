@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from retool.data.rl import DAPO_PREFIX, DAPO_SUFFIX
+
 DATA_SOURCE = "synthetic_arith"
 
 # The ReTool-SFT user turn: instruction, marker, question, reminder. The doubled braces are in the real data.
@@ -41,12 +43,7 @@ RETOOL_REMINDER = (
     "<answer>\n\\boxed{{'The final answer goes here.'}}\n</answer>"
 )
 
-# The DAPO-Math-17k user turn is DAPO_PREFIX + problem + DAPO_SUFFIX.
-DAPO_PREFIX = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-)
-DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+# The DAPO-Math-17k user turn is DAPO_PREFIX + problem + DAPO_SUFFIX (the converter strips the same texts).
 DAPO_DATA_SOURCE = "math_dapo"
 DAPO_REWARD_STYLE = "rule-lighteval/MATH_v2"
 

@@ -52,9 +52,17 @@ LOG="$RUN_DIR/logs/$STAGE.log"
 echo "[$STAGE] device=$DEVICE config=$CONFIG_NAME run_dir=$RUN_DIR log=$LOG"
 set -o pipefail
 if [[ "$STAGE" == sft ]]; then
+  if [[ -z "${MASTER_PORT:-}" ]]; then
+    # One node: any free loopback port (two runs on one host must not collide). Several nodes: agree on 29500.
+    if [[ "${NNODES:-1}" == 1 ]]; then
+      MASTER_PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    else
+      MASTER_PORT=29500
+    fi
+  fi
   "$PYTHON" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --nproc_per_node="${NPROC_PER_NODE:-1}" \
-    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-29500}" \
+    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$MASTER_PORT" \
     -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" hydra.run.dir="$RUN_DIR/hydra" 2>&1 | tee "$LOG"
 else
   "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" hydra.run.dir="$RUN_DIR/hydra" 2>&1 | tee "$LOG"

@@ -104,7 +104,7 @@ def find_event_dirs(logdir: Path) -> list[Path]:
     return dirs
 
 
-def _read_dir(path: Path) -> dict[str, dict[int, tuple[float, float]]]:
+def read_event_dir(path: Path) -> dict[str, dict[int, tuple[float, float]]]:
     """tag -> step -> (wall_time, value) for one event folder; a re-logged step keeps its latest value."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util import tensor_util
@@ -141,7 +141,7 @@ def read_scalars(logdir: Path) -> tuple[dict[str, Series], list[Path], list[Path
     is read and the others are listed in the report as ignored; pass one of them to read it instead.
     """
     dirs = find_event_dirs(logdir)
-    loaded = {path: _read_dir(path) for path in dirs}
+    loaded = {path: read_event_dir(path) for path in dirs}
     chosen = max(dirs, key=lambda d: (sum(any(p.matches(t) for p in PANELS) for t in loaded[d]), len(loaded[d])))
     series = {}
     for tag, points in loaded[chosen].items():

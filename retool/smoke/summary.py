@@ -28,23 +28,20 @@ VAL_PREFIXES = ("val-core/", "val-aux/")
 
 def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag under ``logdir`` -> [(step, value)], sorted by step (later writes of a step win)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from retool.report import ReportError, find_event_dirs, read_event_dir
 
-    series: dict[str, dict[int, float]] = {}
-    for events_file in sorted(logdir.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events_file), size_guidance={"scalars": 0, "tensors": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            for event in acc.Scalars(tag):
-                series.setdefault(tag, {})[event.step] = event.value
-        # torch's SummaryWriter can store scalars as tensors in newer tensorboard versions
-        for tag in acc.Tags().get("tensors", []):
-            for event in acc.Tensors(tag):
-                proto = event.tensor_proto
-                if proto.dtype and not proto.string_val and (proto.float_val or proto.double_val):
-                    value = (list(proto.float_val) or list(proto.double_val))[0]
-                    series.setdefault(tag, {})[event.step] = float(value)
-    return {tag: sorted(points.items()) for tag, points in series.items()}
+    try:
+        dirs = find_event_dirs(logdir)
+    except ReportError:  # no events: the summary shows the signals as missing
+        return {}
+    series: dict[str, dict[int, tuple[float, float]]] = {}
+    for path in dirs:
+        for tag, points in read_event_dir(path).items():
+            merged = series.setdefault(tag, {})
+            for step, (wall, value) in points.items():
+                if step not in merged or wall >= merged[step][0]:
+                    merged[step] = (wall, value)
+    return {tag: [(step, value) for step, (_, value) in sorted(points.items())] for tag, points in series.items()}
 
 
 def read_text_tags(logdir: Path) -> list[str]:

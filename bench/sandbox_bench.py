@@ -4,12 +4,12 @@ For each workload (print(1), import numpy, a sympy factorisation) and concurrenc
 ``--requests`` requests after ``--warmup`` warm-ups, one new HTTP connection per request, from a thread pool of
 that size; "bare" runs ``subprocess.run([python, "-c", code])`` from the same threads with the same interpreter, in
 the same run, alternating halves with the sandbox side. Then a burst of 16 CPU-bound jobs checks for false
-timeouts. With ``--output FILE`` the table replaces the "Sandbox" section of that Markdown file (between the
-sandbox-bench markers; appended if absent).
+timeouts. With ``--output FILE`` the table replaces the section for the server's mode (fork, fresh or external)
+in that Markdown file, between its sandbox-bench markers (appended if absent).
 
 Run it alone (it loads every core): ``flock /tmp/retool-heavy.lock .venv/bin/python bench/sandbox_bench.py``.
 By default it starts its own server (auto isolation, one slot per core); ``--url`` measures another server
-instead, e.g. a real SandboxFusion, since only the URL changes.
+instead, e.g. a real SandboxFusion, since only the URL changes. ``--fresh-sandbox-per-run`` measures fresh mode.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -37,7 +38,30 @@ WORKLOADS = {
     "sympy factorint(2**64-1)": "from sympy import factorint\nprint(factorint(2**64 - 1))",
 }
 CPU_JOB = "s = 0\nfor i in range(4_000_000):\n    s += i\nprint(s)"
-START, END = "<!-- sandbox-bench:start -->", "<!-- sandbox-bench:end -->"
+
+READING = {
+    "fork": (
+        "Reading it: in fork mode (the default with root) each slot keeps one sandbox (bwrap namespaces, "
+        "filesystem, an interpreter with `site` imported) and forks a fresh process per program, which drops to the "
+        "slot's uid; after the program the slot's uid is swept (processes, /tmp, /dev/shm, IPC). A request pays for "
+        "a fork and the sweep instead of namespaces, mounts and an interpreter start, which is why the sandbox beats "
+        "bare `python -c` for short programs. For long ones (sympy) both sides converge on the program's own time."
+    ),
+    "fresh": (
+        "Reading it: in fresh mode every program gets a new sandbox (new namespaces and mounts, setpriv, a new "
+        "interpreter), pre-started as the slot's spare while the previous program runs. That hides start-up at low "
+        "load, but once the cores are saturated every request pays ~10 ms of CPU more than bare python, which "
+        "dominates tiny programs like print(1) and vanishes for real ones."
+    ),
+}
+SANDBOXFUSION = (
+    "For scale, SandboxFusion (HEAD 469de08, default config, no isolation at all) measured on the same machine "
+    "type reached ~0.4 x bare on print(1), and its sympy p99 at concurrency 32 reached 9.6 s of a 10 s timeout."
+)
+
+
+def _markers(mode: str) -> tuple[str, str]:
+    return f"<!-- sandbox-bench-{mode}:start -->", f"<!-- sandbox-bench-{mode}:end -->"
 
 
 def _post(url: str, code: str, timeout: float) -> dict:
@@ -117,14 +141,16 @@ def _machine() -> str:
 
 
 def render(results: list[dict], burst: dict, meta: dict) -> str:
+    mode = meta.get("mode", "fresh")  # runs saved before fork mode existed were fresh
+    flag = " --fresh-sandbox-per-run" if mode == "fresh" else " --url ..." if mode == "external" else ""
     lines = [
-        "## Sandbox",
+        f"## Sandbox, {mode} mode" if mode != "external" else "## Sandbox, external server",
         "",
-        f"Measured {meta['date']} by `bench/sandbox_bench.py` on {meta['machine']}; server: isolation "
-        f"`{meta['isolation']}`, {meta['slots']} slots; interpreter `{meta['python']}`. {meta['requests']} requests "
-        f"per cell after {meta['warmup']} warm-ups, a new HTTP connection per request. Load average "
-        f"{meta['load_before']} before and {meta['load_after']} after: other work may have been running, so compare "
-        "the two sides of a row (measured in the same run), not absolute times.",
+        f"Measured {meta['date']} by `bench/sandbox_bench.py{flag}` on {meta['machine']}; server: isolation "
+        f"`{meta['isolation']}`, {mode} mode, {meta['slots']} slots; interpreter `{meta['python']}`. "
+        f"{meta['requests']} requests per cell after {meta['warmup']} warm-ups, a new HTTP connection per request. "
+        f"Load average {meta['load_before']} before and {meta['load_after']} after: other work may have been "
+        "running, so compare the two sides of a row (measured in the same run), not absolute times.",
         "",
         "| workload | concurrency | sandbox p50 / p99 ms | sandbox req/s | bare p50 / p99 ms | bare req/s "
         "| p50 overhead ms | throughput vs bare |",
@@ -158,27 +184,18 @@ def render(results: list[dict], burst: dict, meta: dict) -> str:
         f"**{burst['timeouts']} timeouts**, {burst['finished']}/{burst['jobs']} finished in {burst['seconds']:.1f} s "
         f"({'met' if burst['timeouts'] == 0 and burst['finished'] == burst['jobs'] else 'NOT met'})."
     )
-    lines += [
-        "",
-        "Reading it: each slot keeps a pre-started sandbox (bwrap set up, interpreter started), so a request that "
-        "finds its slot's spare ready pays only for running the program, and start-up overlaps the previous run. "
-        "Once the CPUs are saturated that no longer hides anything: every request still costs a fresh process plus "
-        "a fixed ~8-10 ms of CPU (HTTP, bwrap namespaces and mounts, setpriv, the server's bookkeeping) on top of "
-        "the interpreter's own start-up, which dominates for tiny programs like print(1) and vanishes for real "
-        "ones (numpy, sympy). For scale, SandboxFusion (HEAD 469de08, default config, no isolation at all) "
-        "measured on the same machine type reached ~0.4 x bare on print(1), and its sympy p99 at concurrency 32 "
-        "reached 9.6 s of a 10 s timeout.",
-    ]
+    lines += ["", f"{READING.get(mode, '')} {SANDBOXFUSION}".strip()]
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace the sandbox section of ``path`` (between the markers) or append it; other sections stay."""
-    block = f"{START}\n{section}{END}\n"
+def write_section(path: Path, section: str, mode: str) -> None:
+    """Replace the ``mode`` sandbox section of ``path`` (between its markers) or append it; others stay."""
+    start, end = _markers(mode)
+    block = f"{start}\n{section}{end}\n"
     text = path.read_text() if path.exists() else "# Performance\n\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1].lstrip("\n")
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
@@ -192,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="warm-up requests per cell (default: %(default)s)")
     parser.add_argument("--concurrency", default="1,2,8,32", help="comma-separated levels (default: %(default)s)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of the workloads")
-    parser.add_argument("--output", type=Path, help="Markdown file whose Sandbox section gets the table")
+    parser.add_argument("--fresh-sandbox-per-run", action="store_true",
+                        help="start the server in fresh mode (a new sandbox per run) instead of fork mode")
+    parser.add_argument("--output", type=Path, help="Markdown file whose Sandbox section (per mode) gets the table")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--from-json", type=Path, help="only re-render a table from an earlier --json file")
     args = parser.parse_args(argv)
@@ -201,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         section = render(saved["results"], saved["burst"], saved["meta"])
         print(section)
         if args.output:
-            write_section(args.output, section)
+            write_section(args.output, section, saved["meta"].get("mode", "fresh"))
         return 0
     levels = [int(x) for x in args.concurrency.split(",")]
     names = [w.strip() for w in args.workloads.split(",")]
@@ -209,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    server = nullcontext(args.url) if args.url else running_sandbox(python=args.python, queue_timeout=120,
-                                                                    max_timeout=60)
+    server = nullcontext(args.url) if args.url else running_sandbox(
+        python=args.python, queue_timeout=120, max_timeout=60, fresh_sandbox_per_run=args.fresh_sandbox_per_run)
     with server as url:
-        with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-            health = json.loads(resp.read()) if resp.status == 200 else {}
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+                health = json.loads(resp.read())
+        except urllib.error.HTTPError:  # not a retool-sandbox (SandboxFusion has no /health)
+            health = {"mode": "external"}
         results = []
         for name in names:
             for level in levels:
@@ -228,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "machine": _machine(),
         "isolation": health.get("isolation", "unknown"),
+        "mode": health.get("mode", "fresh"),
         "slots": health.get("slots", "?"),
         "python": args.python,
         "requests": args.requests,
@@ -238,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(results, burst, meta)
     print(section)
     if args.output:
-        write_section(args.output, section)
+        write_section(args.output, section, meta["mode"])
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results, "burst": burst}, indent=2))
     return 0

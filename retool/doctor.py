@@ -450,8 +450,8 @@ def check_sandbox(url: str | None) -> Check:
         return Check(WARN, "sandbox", f"{base} runs code but has no /health (SandboxFusion?): its default isolation "
                                       "is none (code runs as the server user); prefer retool-sandbox")
     isolation = health.get("isolation", "?")
-    detail = f"{base} runs code; isolation {isolation}, {health.get('slots', '?')} slots, " \
-             f"python {health.get('python_version', '?')}"
+    detail = (f"{base} runs code; isolation {isolation} ({health.get('mode', '?')} mode), "
+              f"{health.get('slots', '?')} slots, python {health.get('python_version', '?')}")
     if isolation == "none":
         return Check(WARN, "sandbox", detail + " -> model code is not isolated; restart with --isolation auto")
     return Check(OK, "sandbox", detail)

@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--uid-base", type=int, default=None,
                        help="first of the 256 uids this server's sandboxes run as when it is root (two per slot); "
                             "default: the first block not reserved by another retool-sandbox, from 61000")
+    serve.add_argument("--fresh-sandbox-per-run", action="store_true",
+                       help="start a new sandbox (namespaces, interpreter) for every run instead of forking runs "
+                            "from one sandbox per slot that is swept clean after each run; slower for short "
+                            "programs (see docs/sandbox.md)")
     serve.add_argument("--work-root", default=None, help="where per-run work dirs are made (default: system temp)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     probe = sub.add_parser("probe", help="self-test every isolation tier and print a JSON report")
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             default_timeout=args.default_timeout, max_timeout=args.max_timeout, queue_timeout=args.queue_timeout,
             max_output_bytes=args.max_output_bytes, max_memory_mb=args.max_memory_mb,
             max_processes=args.max_processes, max_file_size_mb=args.max_file_size_mb, uid_base=args.uid_base,
-            work_root=args.work_root,
+            work_root=args.work_root, fresh_sandbox_per_run=args.fresh_sandbox_per_run,
         )
         asyncio.run(serve(cfg))
     except (ValueError, OSError, IsolationUnavailable) as exc:  # bad option, port in use, no usable tier

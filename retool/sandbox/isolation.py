@@ -15,10 +15,15 @@ Tiers, strongest first (the server picks the first whose self-test passes, see `
 ``none``
     Only resource limits and a clean environment, as the server's own user. Only on explicit request.
 
-Resource limits (address space, CPU seconds, processes, file size, open files, no core dumps) are applied by the
-executor's bootstrap inside the sandbox, as the sandbox uid, before the program runs, so the server never runs
-Python code between fork and exec. Dedicated uids make ``RLIMIT_NPROC`` meaningful (it is not enforced for root)
-and let ``kill(-1)`` issued as that uid remove every leftover process, including ``setsid``-detached ones.
+Each tier can start a one-run sandbox (``launch``: the program drops to the sandbox uid through ``setpriv`` or
+Popen's ``user``) or a slot's fork server (``launch_forkserver``: stays uid 0 with only CAP_SETUID/CAP_SETGID, and
+forks every program of the slot, which drops to the uid itself; see ``inside``). Fork servers need a dedicated uid
+to sweep with (``can_fork_runs``), so bwrap without root always starts one sandbox per run.
+
+Resource limits (address space, CPU seconds, processes, file size, open files, no core dumps) are applied inside
+the sandbox, as the sandbox uid, before the program runs, so the server never runs Python code between fork and
+exec. Dedicated uids make ``RLIMIT_NPROC`` meaningful (it is not enforced for root) and let ``kill(-1)`` issued as
+that uid remove every leftover process, including ``setsid``-detached ones.
 """
 
 from __future__ import annotations
@@ -129,11 +134,24 @@ def reserve_uids(base: int | None = None) -> tuple[int, int | None]:
 def _tool(name: str) -> str:
     path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
     if path is None:
-        package = "bubblewrap" if name == "bwrap" else "util-linux/procps"
+        package = {"bwrap": "bubblewrap", "rm": "coreutils", "chmod": "coreutils"}.get(name, "util-linux/procps")
         raise IsolationUnavailable(
             f"`{name}` is not installed: run scripts/install_system_packages.sh (apt-get install {package})"
         )
     return path
+
+
+def sweep_tools() -> list[str]:
+    """Paths of rm, chmod and ipcrm, which a fork server's sweep runs as the sandbox uid (see ``inside``)."""
+    return [_tool(name) for name in ("rm", "chmod", "ipcrm")]
+
+
+def _forkserver_privileges() -> list[str]:
+    """setpriv prefix for a fork server: stays uid 0 but keeps only CAP_SETUID/CAP_SETGID, no new privileges.
+
+    Its children drop to a sandbox uid, which clears those two capabilities as well (no keep-caps).
+    """
+    return [_tool("setpriv"), "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all,+setuid,+setgid", "--"]
 
 
 def kill_uid(uid: int, sig: str = "KILL") -> None:
@@ -178,6 +196,16 @@ class Isolation:
         """How to start the interpreter with ``args`` in sandbox ``box`` with host work dir ``workdir``."""
         return Launch(argv=[self.interpreter.executable, *args], cwd=workdir, env_tmpdir=workdir)
 
+    def launch_forkserver(self, workdir: str, args: list[str]) -> Launch:
+        """How to start a slot's fork server (``inside.FORKSERVER``), which forks every program of the slot."""
+        return Launch(argv=[self.interpreter.executable, *args], cwd=workdir, env_tmpdir=workdir)
+
+    @property
+    def can_fork_runs(self) -> bool:
+        """Whether runs may be forked from a per-slot fork server: the sweep after each run must reach every
+        process the run left, which needs a dedicated uid (or, for ``none``, is not promised anyway)."""
+        return True
+
     def inner_workdir(self, workdir: str) -> str:
         """The work dir as the program sees it."""
         return workdir
@@ -211,6 +239,11 @@ class RlimitIsolation(Isolation):
         argv = [self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, user=self.uid_base + box, env_tmpdir=workdir)
 
+    def launch_forkserver(self, workdir: str, args: list[str]) -> Launch:
+        # Root on the host, but holding only what it needs to drop its children to the slot uid.
+        argv = [*_forkserver_privileges(), self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, env_tmpdir=workdir)
+
     def interrupt(self, box: int, pid: int) -> None:
         kill_uid(self.uid_base + box, "INT")
 
@@ -224,6 +257,8 @@ class RlimitIsolation(Isolation):
     def check(self) -> None:
         super().check()
         _tool("kill")
+        _tool("setpriv")
+        sweep_tools()
         if os.geteuid() != 0:
             raise IsolationUnavailable("the rlimit tier needs root to switch to per-slot uids")
         blocked = _unreachable_parent(self.interpreter.executable)
@@ -277,7 +312,7 @@ class BwrapIsolation(Isolation):
         size = str(self.tmpfs_mb * _MB)
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
-        args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+        args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
         bound = ["/usr"]
         made = {"/tmp", "/dev", "/dev/shm", "/proc"}
         for tree in self.interpreter.trees:
@@ -292,7 +327,11 @@ class BwrapIsolation(Isolation):
             bound.append(tree)
         return args
 
-    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+    @property
+    def can_fork_runs(self) -> bool:
+        return self._root  # without root there is no second uid to sweep the runs' leftovers with
+
+    def _bwrap(self, workdir: str) -> list[str]:
         argv = [_tool("bwrap")]
         if self._root:
             # Privileged bwrap (no user namespace) so the slot uid stays a real host uid: RLIMIT_NPROC applies.
@@ -301,7 +340,10 @@ class BwrapIsolation(Isolation):
         else:
             argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        argv += self._fs + ["--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--"]
+        return argv + self._fs + ["--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--"]
+
+    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+        argv = self._bwrap(workdir)
         if self._root:
             uid = str(self.uid_base + box)
             argv += [
@@ -309,6 +351,12 @@ class BwrapIsolation(Isolation):
                 "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
             ]
         argv += [self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
+
+    def launch_forkserver(self, workdir: str, args: list[str]) -> Launch:
+        if not self._root:
+            raise IsolationUnavailable("forking runs inside bubblewrap needs root; use fresh sandboxes per run")
+        argv = [*self._bwrap(workdir), *_forkserver_privileges(), self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
 
     def interrupt(self, box: int, pid: int) -> None:
@@ -334,6 +382,7 @@ class BwrapIsolation(Isolation):
         if self._root:
             _tool("setpriv")
             _tool("kill")
+            sweep_tools()
         else:
             help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True).stdout
             if "--disable-userns" not in help_text:

@@ -56,6 +56,7 @@ class ServerConfig:
     uid_base: int | None = None  # None: the first free block (see isolation.reserve_uids)
     work_root: str | None = None
     max_request_mb: int = 64
+    fresh_sandbox_per_run: bool = False  # True: a new sandbox per run instead of forking runs in a slot's sandbox
 
     def __post_init__(self) -> None:
         checks = [
@@ -263,6 +264,7 @@ class SandboxApp:
             "status": "ok",
             "pid": os.getpid(),
             "isolation": iso.name,
+            "mode": self.executor.mode,
             "python": iso.interpreter.executable,
             "python_version": iso.interpreter.version,
             "slots": self.pool.size,
@@ -279,6 +281,7 @@ class SandboxApp:
                 "max_file_size_mb": self.cfg.max_file_size_mb,
             },
             "counters": asdict(self.counters),
+            "sandboxes": {"started": self.executor.sandboxes_started, "retired": self.executor.sandboxes_retired},
             "uptime_s": round(time.time() - self.started, 3),
         })
 
@@ -330,7 +333,7 @@ async def serve(cfg: ServerConfig) -> None:
     uid_base, uid_lock = reserve_uids(cfg.uid_base)
     executor, notes = await choose_isolation(
         cfg.isolation, interpreter, ceiling=cfg.ceiling(), uid_base=uid_base, work_root=cfg.work_root,
-        max_output_bytes=cfg.max_output_bytes,
+        max_output_bytes=cfg.max_output_bytes, fresh=cfg.fresh_sandbox_per_run,
     )
     try:
         await _listen(cfg, executor, interpreter, notes)
@@ -354,7 +357,7 @@ async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interprete
         port = runner.addresses[0][1]
         print(
             f"retool-sandbox ready at {_url(cfg.host, port)} (isolation: {executor.isolation.name}, "
-            f"slots: {cfg.slots}, python: {interpreter.executable} {interpreter.version})",
+            f"mode: {executor.mode}, slots: {cfg.slots}, python: {interpreter.executable} {interpreter.version})",
             flush=True,
         )
         stop = asyncio.Event()

@@ -11,14 +11,30 @@ from sandbox_helpers import SECRET, get, unprivileged_python
 from retool.sandbox.testing import running_sandbox
 
 
+def _require_bwrap() -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: run scripts/install_system_packages.sh")
+
+
 @pytest.fixture(scope="session")
 def bwrap_url():
     """The default server: auto isolation (must pick bwrap here), 2 slots; generous timeouts for loaded hosts."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: run scripts/install_system_packages.sh")
+    _require_bwrap()
     opts = dict(isolation="auto", slots=2, default_timeout=20, max_timeout=20)
     with running_sandbox(env={"RETOOL_SECRET": SECRET}, **opts) as url:
-        assert get(url + "/health")["isolation"] == "bwrap"
+        health = get(url + "/health")
+        assert health["isolation"] == "bwrap"
+        assert health["mode"] == ("fork" if os.geteuid() == 0 else "fresh")
+        yield url
+
+
+@pytest.fixture(scope="session")
+def bwrap_fresh_url():
+    """bwrap with a new sandbox for every run (--fresh-sandbox-per-run)."""
+    _require_bwrap()
+    opts = dict(isolation="bwrap", slots=2, default_timeout=20, max_timeout=20, fresh_sandbox_per_run=True)
+    with running_sandbox(env={"RETOOL_SECRET": SECRET}, **opts) as url:
+        assert get(url + "/health")["mode"] == "fresh"
         yield url
 
 
@@ -47,7 +63,7 @@ def tiny_url(tiny_work_root):
         yield url
 
 
-@pytest.fixture(params=["bwrap", "rlimit"])
+@pytest.fixture(params=["bwrap", "bwrap-fresh", "rlimit"])
 def tier_url(request) -> tuple[str, str]:
-    """Each isolating tier in turn: (tier name, base URL)."""
-    return request.param, request.getfixturevalue(f"{request.param}_url")
+    """Each isolating tier (and bwrap's fresh-sandbox mode) in turn: (name, base URL)."""
+    return request.param, request.getfixturevalue(f"{request.param.replace('-', '_')}_url")

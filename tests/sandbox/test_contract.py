@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -12,6 +13,8 @@ import pytest
 from sandbox_fusion import RunCodeRequest, run_code
 
 from sandbox_helpers import SECRET, get, post, run
+
+from retool.sandbox.testing import running_sandbox
 
 RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"}
 
@@ -132,14 +135,26 @@ def test_timeout_is_clamped_to_server_maximum(tiny_url):
     assert 3 <= body["run_result"]["execution_time"] < 8  # the fixture's --max-timeout is 3
 
 
-def test_work_dirs_are_removed(tiny_url, tiny_work_root):
-    (root,) = tiny_work_root.iterdir()  # the server's retool-sandbox-* dir; it holds the idle spare's run dir
-    before = set(root.iterdir())
-    code = "import os\nos.makedirs('deep/er', exist_ok=True)\nopen('deep/er/f.txt', 'w').write('x')\nos.chmod('deep', 0)"
+def test_work_dirs_are_emptied(tiny_url, tiny_work_root):
+    (root,) = tiny_work_root.iterdir()  # the server's retool-sandbox-* dir: one sandbox dir for its one slot
+    (sandbox,) = root.iterdir()
+    code = "import os\nos.makedirs('deep/er')\nopen('deep/er/f.txt', 'w').write('x')\nos.chmod('deep', 0)"
     body = run(tiny_url, code, files={"in.txt": ""})
     assert body["status"] == "Success", body
-    after = set(root.iterdir())
-    assert len(before) == len(after) == 1 and before != after  # the used dir is gone, a new spare's is there
+    assert list(root.iterdir()) == [sandbox]  # fork mode: the slot's sandbox stays ...
+    assert list((sandbox / "work").iterdir()) == []  # ... and its work dir is empty again
+
+
+def test_fresh_mode_removes_each_runs_sandbox(tmp_path):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    with running_sandbox(isolation="bwrap", slots=1, work_root=tmp_path, fresh_sandbox_per_run=True) as url:
+        (root,) = tmp_path.iterdir()
+        before = set(root.iterdir())  # the slot's pre-started spare
+        body = run(url, "import os\nos.makedirs('a/b')\nos.chmod('a', 0)")
+        assert body["status"] == "Success", body
+        after = set(root.iterdir())
+    assert len(before) == len(after) == 1 and before != after  # the used sandbox is gone, a new spare is there
 
 
 def test_ping_and_health(bwrap_url):

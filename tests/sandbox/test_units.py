@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from retool.sandbox.executor import CappedBuffer, validate_paths
+from retool.sandbox.executor import validate_paths
+from retool.sandbox.runs import CappedBuffer
 from retool.sandbox.isolation import BwrapIsolation, Interpreter
 from retool.sandbox.server import RequestError, ServerConfig, SlotPool, parse_run_request
 

@@ -1,0 +1,452 @@
+"""One program run as the executor sees it, for both ways of starting sandboxes.
+
+``Run`` is the common face: the program's pipes (stdout/stderr drained into capped buffers, stdin, the started
+report), an ``exited`` future, and how to interrupt, kill and release it. Two kinds exist:
+
+``ForkRun`` (fork mode, the default where the tier can switch uids): each slot owns a long-lived ``ForkServer``,
+a sandbox whose interpreter forks one child per program (see ``inside.FORKSERVER``). The run sends its pipe ends
+over the server's control socket; the child drops to the slot's uid; after the exit the sandbox sweeps that uid
+(processes, /tmp, /dev/shm, /dev/mqueue, System V IPC) before it reports, and the host empties the work dir. A
+run that could not be swept clean, a lost fork server or a kill that did not land retires the whole sandbox.
+
+``FreshRun`` (fresh mode: ``--fresh-sandbox-per-run``, and bwrap without root): a whole sandbox per run,
+pre-started as the slot's *spare* while the previous run executes (see ``inside.BOOTSTRAP``).
+
+No Python code runs in a child between fork and exec on the host side; exits are watched through pidfds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from retool.sandbox.inside import BOOTSTRAP_ARG, FORKSERVER_ARG
+from retool.sandbox.isolation import Isolation, kill_uid, sweep_tools
+
+log = logging.getLogger("retool.sandbox")
+
+START_TIMEOUT_S = 60.0
+KILL_GRACE_S = 5.0
+
+
+class CappedBuffer:
+    """Keeps the first ``cap`` bytes of a stream and counts the dropped rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self, stream: str) -> str:
+        out = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            out += f"\n[retool-sandbox: {stream} truncated, {self.dropped} more bytes dropped (cap {self.cap})]\n"
+        return out
+
+
+class _PipeReader:
+    """Drains a non-blocking pipe into a CappedBuffer from the event loop; ``done`` resolves at EOF."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, buffer: CappedBuffer) -> None:
+        self.loop, self.fd, self.buffer = loop, fd, buffer
+        self.done: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        for _ in range(16):  # bounded per callback so one chatty program cannot starve the loop
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.close()
+                return
+            self.buffer.feed(chunk)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def remove_tree(path: str, keep_root: bool = False) -> bool:
+    """Delete ``path`` (only its contents with ``keep_root``); True if nothing is left."""
+    if os.geteuid() != 0:  # root ignores permissions; anyone else must undo a program's `chmod 000`
+        for dirpath, dirnames, _ in os.walk(path):
+            for name in dirnames:
+                sub = os.path.join(dirpath, name)
+                if not os.path.islink(sub):  # never chmod through a planted symlink
+                    with contextlib.suppress(OSError):
+                        os.chmod(sub, 0o700)
+    if not keep_root:
+        shutil.rmtree(path, ignore_errors=True)
+        return not os.path.lexists(path)
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    return not os.listdir(path)
+
+
+def sandbox_env(inner_workdir: str, tmpdir: str) -> dict[str, str]:
+    # A clean environment: nothing from the server (secrets, proxies, PYTHON*), one BLAS thread so numpy
+    # imports under an address-space limit, a non-interactive matplotlib backend.
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": inner_workdir,
+        "TMPDIR": tmpdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+
+
+def _make_workdir(run_dir: str, uid: int | None) -> str:
+    os.mkdir(run_dir, 0o711)  # sandbox uids must reach their own work dir, not list the parent
+    workdir = os.path.join(run_dir, "work")
+    os.mkdir(workdir, 0o700)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    return workdir
+
+
+def _popen(iso: Isolation, launch, inner: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        launch.argv, cwd=launch.cwd, env=sandbox_env(inner, launch.env_tmpdir or inner), close_fds=True,
+        start_new_session=True, user=launch.user, group=launch.user,
+        extra_groups=[] if launch.user is not None else None, **kwargs,
+    )
+
+
+class Run:
+    """A program's pipes and exit. Subclasses say how it starts, ends and is released."""
+
+    uid: int | None
+    workdir: str  # on the host
+    inner: str  # the work dir as the program sees it
+    stdin_w: int
+    started_r: int
+    error = ""  # why the sandbox, not the program, failed (empty when it did not)
+
+    def _open_pipes(self, max_output_bytes: int) -> list[int]:
+        """Make the run's pipes; returns the child ends (stdin, stdout, stderr, started)."""
+        loop = asyncio.get_running_loop()
+        fds = {name: os.pipe() for name in ("stdin", "stdout", "stderr", "started")}
+        self.stdin_w, self.started_r = fds["stdin"][1], fds["started"][0]
+        self.out = CappedBuffer(max_output_bytes)
+        self.err = CappedBuffer(max_output_bytes)
+        self.readers = [_PipeReader(loop, fds["stdout"][0], self.out), _PipeReader(loop, fds["stderr"][0], self.err)]
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.exit_time = 0.0
+        return [fds["stdin"][0], fds["stdout"][1], fds["stderr"][1], fds["started"][1]]
+
+    def _close_fds(self) -> None:
+        for fd in (self.stdin_w, self.started_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.stdin_w = self.started_r = -1
+        for reader in self.readers:
+            reader.close()
+
+    def start(self, limits: str, path: str) -> None:
+        """Hand the program its limits ("<as> <cpu> <nproc> <fsize> <nofile>", 0 = unlimited) and path."""
+        raise NotImplementedError
+
+    def exit_code(self) -> int | None:
+        """After ``exited``: the program's exit code (negative: killed by that signal); None if unknown."""
+        raise NotImplementedError
+
+    def interrupt(self) -> None:
+        """On timeout, first SIGINT the program so Python flushes its buffered output (KeyboardInterrupt)."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Kill the program and everything it started."""
+        raise NotImplementedError
+
+    def after_exit(self) -> None:
+        """Once the program exited: make sure nothing it started survives."""
+
+    async def close(self) -> None:
+        """Release everything the run holds; the slot is free afterwards."""
+        raise NotImplementedError
+
+
+class FreshRun(Run):
+    """A whole sandbox started for one run (``inside.BOOTSTRAP``), waiting on its control pipe until ``start``."""
+
+    def __init__(self, iso: Isolation, box: int, run_dir: str, max_output_bytes: int) -> None:
+        self.box, self.run_dir, self.isolation = box, run_dir, iso
+        self.uid = iso.uid(box)
+        self.workdir = _make_workdir(run_dir, self.uid)
+        self.inner = iso.inner_workdir(self.workdir)
+        child_ends = self._open_pipes(max_output_bytes)
+        ctl_r, self.ctl_w = os.pipe()
+        child_ends.append(ctl_r)
+        stdin, stdout, stderr, started = child_ends[:4]
+        launch = iso.launch(box, self.workdir, ["-c", BOOTSTRAP_ARG, str(ctl_r), str(started)])
+        try:
+            self.proc = _popen(iso, launch, self.inner, stdin=stdin, stdout=stdout, stderr=stderr,
+                               pass_fds=(ctl_r, started))
+        except BaseException:
+            os.close(self.ctl_w)
+            self._close_fds()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        loop = asyncio.get_running_loop()
+        self.pidfd = os.pidfd_open(self.proc.pid)
+        loop.add_reader(self.pidfd, self._on_exit)
+        self.returncode: int | None = None
+        self.cleaned = False
+
+    def _on_exit(self) -> None:
+        if not self.exited.done():
+            self.exit_time = time.monotonic()
+            self.exited.set_result(None)
+
+    def start(self, limits: str, path: str) -> None:
+        with contextlib.suppress(BrokenPipeError):  # already gone: reported as a failed start
+            os.write(self.ctl_w, f"{limits} {path}\n".encode())  # far below the pipe buffer: never blocks
+        os.close(self.ctl_w)
+        self.ctl_w = -1
+
+    def _reap(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.proc.pid, 0)
+            self.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def exit_code(self) -> int | None:
+        rc = self._reap()
+        if self.isolation.name == "bwrap" and 128 < rc <= 128 + 64:
+            rc = -(rc - 128)  # bwrap reports "killed by signal N" as 128+N
+        return rc
+
+    def interrupt(self) -> None:
+        self.isolation.interrupt(self.box, self.proc.pid)
+
+    def kill(self) -> None:
+        self.isolation.kill(self.box, self.proc.pid)
+
+    def after_exit(self) -> None:
+        if not self.cleaned:
+            self.isolation.cleanup(self.box, self.proc.pid)
+            self.cleaned = True
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self.exited.done():
+            self.kill()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_S)
+        if self.exited.done():
+            self._reap()
+            self.after_exit()
+        loop.remove_reader(self.pidfd)
+        for fd in (self.pidfd, self.ctl_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._close_fds()
+        await asyncio.to_thread(remove_tree, self.run_dir)
+
+
+class ForkServer:
+    """A slot's long-lived sandbox whose interpreter forks each program (``inside.FORKSERVER``)."""
+
+    def __init__(self, iso: Isolation, box: int, run_dir: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.isolation, self.box, self.run_dir = iso, box, run_dir
+        self.uid = iso.uid(box)
+        self.workdir = _make_workdir(run_dir, self.uid)
+        self.inner = iso.inner_workdir(self.workdir)
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        tools = sweep_tools() if self.uid is not None else ["rm", "chmod", "ipcrm"]  # unused without a uid
+        launch = iso.launch_forkserver(self.workdir, ["-c", FORKSERVER_ARG, str(child.fileno()), *tools])
+        # Its standard streams are pipes, like a program's: the children inherit Python's stream objects made
+        # for them. Its own output (a traceback if it ever crashes) is kept for error messages.
+        stdin_r, stdin_w = os.pipe()
+        log_r, log_w = os.pipe()
+        os.close(stdin_w)
+        try:
+            self.proc = _popen(iso, launch, self.inner, stdin=stdin_r, stdout=log_w, stderr=log_w,
+                               pass_fds=(child.fileno(),))
+        except BaseException:
+            self.sock.close()
+            os.close(log_r)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        finally:
+            for fd in (stdin_r, log_w):
+                os.close(fd)
+            child.close()
+        self.log = CappedBuffer(8192)
+        self.log_reader = _PipeReader(loop, log_r, self.log)
+        self.sock.setblocking(False)
+        self.ready: asyncio.Future[bool] = loop.create_future()
+        self.current: ForkRun | None = None
+        self.healthy = True
+        self.closed = False
+        loop.add_reader(self.sock.fileno(), self._on_message)
+
+    def _on_message(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            kind, rest = data[:1], data[1:].decode(errors="replace")
+            if kind == b"R" and not self.ready.done():
+                self.ready.set_result(True)
+            elif self.current is not None and kind in (b"P", b"E", b"F"):
+                self.current.on_message(kind, rest)
+            else:
+                log.error("fork server of sandbox %d said %r out of turn; retiring it", self.box, data[:200])
+                self.healthy = False
+
+    def _lost(self) -> None:
+        """The fork server closed its socket: it exited or was killed."""
+        asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        self.healthy = False
+        if not self.ready.done():
+            self.ready.set_result(False)
+        if self.current is not None:
+            self.current.on_lost()
+
+    def log_tail(self) -> str:
+        return self.log.text("fork server output")[-800:].strip()
+
+    async def wait_ready(self) -> None:
+        """Wait until the fork server said it is ready; RuntimeError (with its log) if it never does."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.ready), START_TIMEOUT_S)
+        if not (self.ready.done() and self.ready.result()):
+            self.healthy = False
+            raise RuntimeError(f"the sandbox's fork server did not start: {self.log_tail() or 'no output'}")
+
+    async def close(self) -> None:
+        """Stop the fork server and everything in its sandbox, and remove its directory."""
+        if self.closed:
+            return
+        self.closed = True
+        self.healthy = False
+        loop = asyncio.get_running_loop()
+        if not self.ready.done():
+            self.ready.set_result(False)
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        self.isolation.kill(self.box, self.proc.pid)  # the process group, and the uid's processes (if any)
+        await asyncio.to_thread(self.proc.wait)
+        self.log_reader.close()
+        await asyncio.to_thread(remove_tree, self.run_dir)
+
+
+class ForkRun(Run):
+    """One program forked by a slot's ForkServer."""
+
+    def __init__(self, server: ForkServer, max_output_bytes: int) -> None:
+        self.server = server
+        self.uid, self.workdir, self.inner = server.uid, server.workdir, server.inner
+        self.child_ends = self._open_pipes(max_output_bytes)
+        self.pid: int | None = None  # in the sandbox's pid namespace, if it has one
+        self.code: int | None = None
+        self.clean = False
+        server.current = self
+
+    def start(self, limits: str, path: str) -> None:
+        uid = -1 if self.uid is None else self.uid
+        message = "\0".join([str(uid), self.inner, limits, path]).encode()
+        try:
+            socket.send_fds(self.server.sock, [message], self.child_ends)
+        except OSError as exc:  # the fork server is gone; reported as a failed start
+            self.error = f"the sandbox's fork server is gone: {exc}"
+            self.server.healthy = False
+            self._set_exited()
+        finally:
+            for fd in self.child_ends:
+                os.close(fd)
+            self.child_ends = []
+
+    def _set_exited(self) -> None:
+        if not self.exited.done():
+            self.exit_time = self.exit_time or time.monotonic()
+            self.exited.set_result(None)
+
+    def on_message(self, kind: bytes, rest: str) -> None:
+        if kind == b"P":
+            self.pid = int(rest)
+        elif kind == b"E":
+            code, ended, clean = rest.split()
+            self.code, self.exit_time, self.clean = int(code), float(ended), clean == "1"
+            self._set_exited()
+        else:  # F: the fork failed
+            self.error = f"the sandbox could not fork the program: {rest}"
+            self._set_exited()
+
+    def on_lost(self) -> None:
+        self.error = self.error or f"the sandbox's fork server exited: {self.server.log_tail() or 'no output'}"
+        self._set_exited()
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.uid is not None:
+            kill_uid(self.uid, sig.name[3:])
+        elif self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def interrupt(self) -> None:
+        self._signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    async def close(self) -> None:
+        for fd in self.child_ends:
+            os.close(fd)
+        self.child_ends = []
+        self._close_fds()
+        server = self.server
+        server.current = None
+        if not (self.exited.done() and self.clean and self.code is not None):
+            server.healthy = False  # not swept clean, or never finished: the whole sandbox goes
+        elif not await asyncio.to_thread(remove_tree, self.workdir, True):
+            log.warning("could not empty the work dir of sandbox %d; retiring it", server.box)
+            server.healthy = False

@@ -1,0 +1,135 @@
+"""Fork mode: a slot's sandbox is reused across runs, so nothing one run leaves may reach the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import get, processes_with, run, unprivileged_python
+
+from retool.sandbox.testing import running_sandbox
+
+
+@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+def one_slot(request) -> tuple[str, str]:
+    """A one-slot server per uid-switching tier, so consecutive runs share the slot's sandbox."""
+    tier = request.param
+    if os.geteuid() != 0:
+        pytest.skip("fork mode needs root (per-slot uids)")
+    python = None
+    if tier == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    if tier == "rlimit":
+        python = unprivileged_python()
+        if python is None:
+            pytest.skip("no interpreter reachable by an unprivileged uid")
+    with running_sandbox(isolation=tier, slots=1, default_timeout=20, max_timeout=20, python=python) as url:
+        assert get(url + "/health")["mode"] == "fork"
+        yield tier, url
+
+
+def _litter(marker: str, tier: str) -> str:
+    """A program that leaves something behind in every place a later run could look."""
+    code = f"""
+import ctypes, os, subprocess, sys
+os.retool_leak = "{marker}"
+open("/tmp/{marker}-file", "w").write("x")
+os.makedirs("/tmp/{marker}-dir/a/b")
+open("/tmp/{marker}-dir/a/b/f", "w").write("x")
+os.chmod("/tmp/{marker}-dir/a", 0)
+open("/dev/shm/{marker}-shm", "w").write("x")
+open("left-in-workdir.txt", "w").write("x")
+libc = ctypes.CDLL(None, use_errno=True)
+print("shm", libc.shmget(0, 4096, 0o1000 | 0o600) >= 0)  # IPC_PRIVATE, IPC_CREAT
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {marker}"], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+    if tier == "bwrap":  # a POSIX message queue lives in the sandbox's IPC namespace, listed in /dev/mqueue
+        code += f'print("mq", libc.mq_open(b"/{marker}", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0)\n'
+    return code
+
+
+def _look(marker: str) -> str:
+    return f"""
+import json, os
+me = os.getuid()
+def owned(pid):  # a live process of this uid (a killed one may stay a zombie until its reaper gets to it)
+    try:
+        status = open(f"/proc/{{pid}}/status").read()
+    except OSError:
+        return False
+    return int(status.split("\\nUid:")[1].split()[0]) == me and status.split("\\nState:")[1].split()[0] != "Z"
+ipc = []
+for kind in ("shm", "sem", "msg"):
+    header, *rows = [line.split() for line in open("/proc/sysvipc/" + kind)]
+    ipc += [kind for row in rows if int(row[header.index("uid")]) == me]
+places = ("/tmp", "/dev/shm", "/dev/mqueue")
+print(json.dumps({{
+    "leak": getattr(os, "retool_leak", None),
+    "processes": [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and owned(p)],
+    "files": [d + "/" + n for d in places if os.path.isdir(d) for n in os.listdir(d) if "{marker}" in n],
+    "ipc": ipc,
+    "workdir": sorted(os.listdir(".")),
+}}))
+"""
+
+
+def test_nothing_reaches_the_next_run(one_slot):
+    tier, url = one_slot
+    before = get(url + "/health")["sandboxes"]
+    marker = uuid.uuid4().hex[:12]
+    body = run(url, _litter(marker, tier))
+    assert body["status"] == "Success", body
+    assert set(body["run_result"]["stdout"].split()) >= {"shm", "True"}
+    assert "False" not in body["run_result"]["stdout"], body["run_result"]["stdout"]
+    assert processes_with(marker) == []  # the detached sleeper is gone before the next request is even sent
+    body = run(url, _look(marker))
+    assert body["status"] == "Success", body
+    seen = json.loads(body["run_result"]["stdout"])
+    assert seen == {"leak": None, "processes": [], "files": [], "ipc": [], "workdir": ["main.py"]}
+    assert not list(Path("/tmp").glob(f"{marker}*"))  # for rlimit that is the host's own /tmp
+    # Swept, not replaced: the same sandbox served both runs.
+    assert get(url + "/health")["sandboxes"] == before
+
+
+def _fork_servers_of(server_pid: int) -> list[int]:
+    """Fork server processes descending from ``server_pid`` (never touch anybody else's)."""
+    found = []
+    for pid in processes_with("_retool_serve"):
+        try:
+            if os.readlink(f"/proc/{pid}/exe").endswith("/bwrap"):  # bwrap's own processes carry the argv too
+                continue
+        except OSError:
+            continue
+        ancestor = pid
+        while ancestor > 1:
+            try:
+                ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
+            if ancestor == server_pid:
+                found.append(pid)
+                break
+    return found
+
+
+def test_a_lost_fork_server_is_replaced(one_slot):
+    tier, url = one_slot
+    health = get(url + "/health")
+    (fork_server,) = _fork_servers_of(health["pid"])
+    os.kill(fork_server, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{fork_server}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    body = run(url, "print('after')")
+    assert body["run_result"]["stdout"] == "after\n", body
+    after = get(url + "/health")
+    assert after["sandboxes"]["retired"] == health["sandboxes"]["retired"] + 1
+    assert after["sandboxes"]["started"] == health["sandboxes"]["started"] + 1
+    assert len(_fork_servers_of(health["pid"])) == 1

@@ -195,7 +195,7 @@ def write_section(path: Path, section: str, mode: str) -> None:
     text = path.read_text() if path.exists() else "# Performance\n\n"
     if start in text and end in text:
         head, rest = text.split(start, 1)
-        text = head + block + rest.split(end, 1)[1].lstrip("\n")
+        text = head + block + "\n" + rest.split(end, 1)[1].lstrip("\n")
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)

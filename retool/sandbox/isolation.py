@@ -28,6 +28,7 @@ that uid remove every leftover process, including ``setsid``-detached ones.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -270,6 +271,33 @@ class RlimitIsolation(Isolation):
             )
 
 
+def _programs_below(pid: int) -> list[int]:
+    """Processes descending from ``pid``, except bwrap's own: a non-root sandbox's programs as the host sees them."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+                parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])  # field 4, after (comm)
+            except (OSError, ValueError, IndexError):
+                continue
+    found: list[int] = []
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += frontier
+    return [child for child in found if _comm(child) != "bwrap"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def _unreachable_parent(path: str) -> str | None:
     """The first directory on the way to ``path`` (symlinks followed) that others cannot search, if any."""
     for target in {path, os.path.realpath(path)}:
@@ -340,7 +368,10 @@ class BwrapIsolation(Isolation):
         else:
             argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        return argv + self._fs + ["--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--"]
+        # The root tmpfs goes read-only once everything is mounted: without root, bwrap makes it (and the /etc it
+        # creates) the sandbox user's own.
+        mounts = [*self._fs, "--bind", workdir, BWRAP_WORKDIR, "--remount-ro", "/"]
+        return argv + mounts + ["--chdir", BWRAP_WORKDIR, "--"]
 
     def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
         argv = self._bwrap(workdir)
@@ -360,10 +391,15 @@ class BwrapIsolation(Isolation):
         return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
 
     def interrupt(self, box: int, pid: int) -> None:
-        # The program runs in its own session inside bwrap: only its uid reaches it (root mode).
+        # The program runs in its own session inside bwrap: only its uid reaches it (root mode); without root it
+        # shares the server's uid, so signal what runs below bwrap's own processes.
         uid = self.uid(box)
         if uid is not None:
             kill_uid(uid, "INT")
+            return
+        for child in _programs_below(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGINT)
 
     def kill(self, box: int, pid: int) -> None:
         # bwrap's pid-1 dies with bwrap (--die-with-parent), which tears down the whole pid namespace.

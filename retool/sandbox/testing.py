@@ -52,15 +52,17 @@ def running_sandbox(
     startup_timeout: float = 60.0,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    server: list[str] | None = None,
     **opts: Any,
 ) -> Iterator[str]:
     """Run a sandbox server for the duration of the ``with`` block and yield its base URL.
 
-    ``python`` is the interpreter for user code (``--python``); the server itself runs on ``sys.executable``
-    with this process's environment plus ``env``.
+    ``python`` is the interpreter for user code (``--python``); the server itself runs as ``server + ["-m",
+    "retool.sandbox", ...]`` (default ``[sys.executable]``; a ``setpriv`` prefix runs it as another user) with
+    this process's environment plus ``env``.
     Raises RuntimeError with the server's log tail if it does not become ready within ``startup_timeout`` seconds.
     """
-    cmd = [sys.executable, "-m", "retool.sandbox", "serve", "--host", host, "--port", "0"]
+    cmd = [*(server or [sys.executable]), "-m", "retool.sandbox", "serve", "--host", host, "--port", "0"]
     if python is not None:
         cmd += ["--python", python]
     cmd += _flags(opts)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
 
 import pytest
-from sandbox_helpers import SECRET, get, unprivileged_python
+from sandbox_helpers import SECRET, get, reachable_by_others, unprivileged_python
 
 from retool.sandbox.testing import running_sandbox
 
@@ -38,6 +41,38 @@ def bwrap_fresh_url():
         yield url
 
 
+NOBODY = 65534
+
+
+@pytest.fixture(scope="session")
+def bwrap_nonroot_url():
+    """The server run as an unprivileged user (nobody): bwrap in its own user namespace, fresh mode.
+
+    This is what most cluster users get. Run as root, the suite starts it through setpriv with the system Python
+    (the server needs only aiohttp, taken from this environment's site-packages); run as non-root, the default
+    server already is this one.
+    """
+    _require_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("not root: bwrap_url already runs without root")
+    purelib = sysconfig.get_paths()["purelib"]
+    repo = str(Path(__file__).resolve().parents[2])
+    python = "/usr/bin/python3"
+    if not all(reachable_by_others(path) for path in (python, purelib, repo)):
+        pytest.skip(f"{python}, {purelib} or {repo} is not reachable by an unprivileged user")
+    as_nobody = [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    userns = subprocess.run([*as_nobody, "bwrap", "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "true"],
+                            capture_output=True, text=True)
+    if userns.returncode != 0:
+        pytest.skip(f"unprivileged bubblewrap does not work on this host: {userns.stderr.strip()}")
+    opts = dict(isolation="auto", slots=2, default_timeout=20, max_timeout=20, python=python)
+    env = {"RETOOL_SECRET": SECRET, "PYTHONPATH": purelib, "HOME": "/"}
+    with running_sandbox(server=[*as_nobody, python], env=env, **opts) as url:
+        health = get(url + "/health")
+        assert (health["isolation"], health["mode"], health["uids"]) == ("bwrap", "fresh", None)
+        yield url
+
+
 @pytest.fixture(scope="session")
 def rlimit_url():
     if os.geteuid() != 0:
@@ -63,7 +98,7 @@ def tiny_url(tiny_work_root):
         yield url
 
 
-@pytest.fixture(params=["bwrap", "bwrap-fresh", "rlimit"])
+@pytest.fixture(params=["bwrap", "bwrap-fresh", "rlimit", "bwrap-nonroot"])
 def tier_url(request) -> tuple[str, str]:
     """Each isolating tier (and bwrap's fresh-sandbox mode) in turn: (name, base URL)."""
     return request.param, request.getfixturevalue(f"{request.param.replace('-', '_')}_url")

@@ -66,11 +66,42 @@ def processes_with(marker: str) -> list[int]:
     return pids
 
 
+def reachable_by_others(path: str) -> bool:
+    """Whether an unprivileged user can get to ``path`` (every parent directory, symlinks resolved, has o+x)."""
+    real = Path(os.path.realpath(path))
+    return os.path.exists(real) and all(os.stat(parent).st_mode & 0o001 for parent in real.parents)
+
+
 def unprivileged_python() -> str | None:
     """An interpreter an unprivileged uid can execute (the rlimit tier has no private filesystem)."""
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
-        path = os.path.realpath(candidate)
-        parents = Path(path).parents
-        if os.path.exists(path) and all(os.stat(p).st_mode & 0o001 for p in parents):
+        if reachable_by_others(candidate):
             return candidate
     return None
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root_pid: int) -> list[int]:
+    """Live (non-zombie) processes below ``root_pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == root_pid:
+            continue
+        try:
+            if (entry / "status").read_text().split("\nState:")[1].split()[0] == "Z":
+                continue
+        except (OSError, IndexError):
+            continue
+        pid = ancestor = int(entry.name)
+        while ancestor not in (None, 0, 1):
+            ancestor = parent_pid(ancestor)
+            if ancestor == root_pid:
+                found.append(pid)
+                break
+    return found

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import get, processes_with, run, unprivileged_python
+from sandbox_helpers import descendants, get, processes_with, run, unprivileged_python
 
 from retool.sandbox.testing import running_sandbox
 
@@ -100,6 +100,7 @@ def test_nothing_reaches_the_next_run(one_slot):
 
 def _fork_servers_of(server_pid: int) -> list[int]:
     """Fork server processes descending from ``server_pid`` (never touch anybody else's)."""
+    mine = set(descendants(server_pid))
     found = []
     for pid in processes_with("_retool_serve"):
         try:
@@ -107,15 +108,8 @@ def _fork_servers_of(server_pid: int) -> list[int]:
                 continue
         except OSError:
             continue
-        ancestor = pid
-        while ancestor > 1:
-            try:
-                ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                break
-            if ancestor == server_pid:
-                found.append(pid)
-                break
+        if pid in mine:
+            found.append(pid)
     return found
 
 

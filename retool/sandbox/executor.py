@@ -46,7 +46,6 @@ from retool.sandbox.runs import KILL_GRACE_S, START_TIMEOUT_S, ForkRun, ForkServ
 log = logging.getLogger("retool.sandbox")
 
 PROGRAM_NAME = "main.py"
-MODES = ("fork", "fresh")
 _MB = 1024 * 1024
 _INTERRUPT_GRACE_S = 0.5
 _DRAIN_GRACE_S = 1.0

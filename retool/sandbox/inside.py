@@ -11,18 +11,18 @@ runs at module level, so interpreter shutdown (atexit, non-daemon threads, flush
 ``"<as> <cpu> <nproc> <fsize> <nofile> <path>\\n"`` on CTL_FD (EOF: the server dropped this spare) and enters.
 
 ``FORKSERVER`` (fork mode, one long-lived sandbox per slot): ``python -c FORKSERVER SOCKET_FD RM CHMOD IPCRM``
-(paths of the coreutils/util-linux tools it sweeps with) says ``R`` on the
-SOCK_SEQPACKET socket, then serves one request at a time. A request is ``uid\\0cwd\\0limits\\0path`` plus four
-fds (stdin, stdout, stderr, started). It forks; the child takes the fds as 0/1/2/3, closes every other fd (the
-control socket above all), starts a new session, drops to ``uid`` (-1: stay) with no groups, changes to ``cwd``
-and enters. The server hears ``P<pid>`` after the fork and ``E <exit code> <exit time> <clean>`` once the program
-exited and was swept: a child running as ``uid`` SIGKILLs every process of that uid (``kill(-1)``; it reaches only
-the sandbox's pid namespace under bwrap, the whole host for the rlimit tier's dedicated uid), deletes what the uid
-left in /tmp, /dev/shm and /dev/mqueue (``chmod -R``, ``rm -rf``: any depth, no symlinks followed), and removes
-its System V IPC objects with ``ipcrm``. ``clean`` is 0 when
-any of that failed; the server then retires the sandbox. A failed fork answers ``F<reason>``. The fork server
-itself holds only CAP_SETUID/CAP_SETGID (launched through ``setpriv``, no-new-privs); a uid change clears them.
-Imports are kept to what a fresh interpreter loads anyway plus ``socket``, because every child inherits them.
+(paths of the coreutils/util-linux tools it sweeps with) says ``R`` on the SOCK_SEQPACKET socket, then serves one
+request at a time. A request is ``uid\\0cwd\\0limits\\0path`` plus four fds (stdin, stdout, stderr, started). It
+forks; the child takes the fds as 0/1/2/3, closes every other fd (the control socket above all), starts a new
+session, drops to ``uid`` (-1: stay) with no groups, changes to ``cwd`` and enters. The server hears ``P<pid>``
+after the fork and ``E <exit code> <exit time> <clean>`` once the program exited and was swept: a child running as
+``uid`` SIGKILLs every process of that uid (``kill(-1)``; it reaches only the sandbox's pid namespace under bwrap,
+the whole host for the rlimit tier's dedicated uid), deletes what the uid left in /tmp, /dev/shm and /dev/mqueue
+(``chmod -R``, ``rm -rf``: any depth, no symlinks followed), and removes its System V IPC objects with ``ipcrm``.
+``clean`` is 0 when any of that failed; the server then retires the sandbox. A failed fork answers ``F<reason>``.
+The fork server itself holds only CAP_SETUID/CAP_SETGID (launched through ``setpriv``, no-new-privs); a uid change
+clears them. Imports are kept to what a fresh interpreter loads anyway plus ``socket``, because every child inherits
+them.
 """
 
 from __future__ import annotations

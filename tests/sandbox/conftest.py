@@ -100,5 +100,5 @@ def tiny_url(tiny_work_root):
 
 @pytest.fixture(params=["bwrap", "bwrap-fresh", "rlimit", "bwrap-nonroot"])
 def tier_url(request) -> tuple[str, str]:
-    """Each isolating tier (and bwrap's fresh-sandbox mode) in turn: (name, base URL)."""
+    """Each isolating tier in turn, bwrap also in fresh mode and run without root: (name, base URL)."""
     return request.param, request.getfixturevalue(f"{request.param.replace('-', '_')}_url")

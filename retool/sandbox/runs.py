@@ -28,7 +28,7 @@ import subprocess
 import time
 
 from retool.sandbox.inside import BOOTSTRAP_ARG, FORKSERVER_ARG
-from retool.sandbox.isolation import Isolation, kill_uid, sweep_tools
+from retool.sandbox.isolation import Isolation, Launch, kill_uid, sweep_tools
 
 log = logging.getLogger("retool.sandbox")
 
@@ -137,7 +137,7 @@ def _make_workdir(run_dir: str, uid: int | None) -> str:
     return workdir
 
 
-def _popen(iso: Isolation, launch, inner: str, **kwargs) -> subprocess.Popen:
+def _popen(launch: Launch, inner: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         launch.argv, cwd=launch.cwd, env=sandbox_env(inner, launch.env_tmpdir or inner), close_fds=True,
         start_new_session=True, user=launch.user, group=launch.user,
@@ -213,7 +213,7 @@ class FreshRun(Run):
         stdin, stdout, stderr, started = child_ends[:4]
         launch = iso.launch(box, self.workdir, ["-c", BOOTSTRAP_ARG, str(ctl_r), str(started)])
         try:
-            self.proc = _popen(iso, launch, self.inner, stdin=stdin, stdout=stdout, stderr=stderr,
+            self.proc = _popen(launch, self.inner, stdin=stdin, stdout=stdout, stderr=stderr,
                                pass_fds=(ctl_r, started))
         except BaseException:
             os.close(self.ctl_w)
@@ -298,7 +298,7 @@ class ForkServer:
         log_r, log_w = os.pipe()
         os.close(stdin_w)
         try:
-            self.proc = _popen(iso, launch, self.inner, stdin=stdin_r, stdout=log_w, stderr=log_w,
+            self.proc = _popen(launch, self.inner, stdin=stdin_r, stdout=log_w, stderr=log_w,
                                pass_fds=(child.fileno(),))
         except BaseException:
             self.sock.close()

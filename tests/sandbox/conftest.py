@@ -60,6 +60,8 @@ def bwrap_nonroot_url():
     python = "/usr/bin/python3"
     if not all(reachable_by_others(path) for path in (python, purelib, repo)):
         pytest.skip(f"{python}, {purelib} or {repo} is not reachable by an unprivileged user")
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is not installed: run scripts/install_system_packages.sh")
     as_nobody = [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     userns = subprocess.run([*as_nobody, "bwrap", "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "true"],
                             capture_output=True, text=True)

@@ -305,11 +305,12 @@ def test_limits_are_set_and_cannot_be_raised(tier_url):
     limits = get(url + "/health")["limits"]
     lines = run(url, code, memory_limit_MB=700)["run_result"]["stdout"].splitlines()
     mb = 1024 * 1024
-    if _slot_uids(url) is None:  # no dedicated uid, so no process limit (it would count the server's processes)
+    dedicated_uids = _slot_uids(url) is not None
+    if not dedicated_uids:  # no dedicated uid, so no process limit (it would count the server's processes)
         lines = [line for line in lines if not line.startswith("NPROC ")]
     assert lines == [
         f"AS {700 * mb} {700 * mb}",
-        *([f"NPROC {limits['max_processes']} {limits['max_processes']}"] if _slot_uids(url) else []),
+        *([f"NPROC {limits['max_processes']} {limits['max_processes']}"] if dedicated_uids else []),
         f"FSIZE {limits['max_file_size_mb'] * mb} {limits['max_file_size_mb'] * mb}",
         "NOFILE 1024 1024",
         "CORE 0 0",

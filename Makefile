@@ -1,13 +1,14 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), ~10-15 min
 # make test    every test, the end-to-end smoke included; installs what is missing first
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
+# make bench-learning   GRPO vs a negated-reward control from the smoke's SFT model (~25 min; docs/performance.md)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast bench lint clean-runs
+.PHONY: setup smoke test test-fast bench bench-learning lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -27,6 +28,9 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md
+
+bench-learning: setup
+	$(PY) bench/learning_signal.py --output docs/performance.md
 
 lint: setup
 	$(PY) -m ruff check --select F,E9 retool tests bench retool_sft_preprocess.py

@@ -25,6 +25,7 @@ fi
 
 export RUN_DIR="${RUN_DIR:-$REPO_DIR/runs/smoke-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RUN_DIR/logs"
+"$PYTHON" -m retool.platform.cpu_dtype --json > "$RUN_DIR/logs/host.json"  # the CPU and the dtype it gets
 STAGES="$RUN_DIR/logs/stages.tsv"
 : > "$STAGES"
 stage() {  # stage NAME command...: run one stage, record its wall time
@@ -48,7 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 16
+stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 32
 
 SANDBOX_PORT="${SANDBOX_PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 SANDBOX_BASE="http://127.0.0.1:$SANDBOX_PORT"

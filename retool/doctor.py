@@ -386,6 +386,21 @@ def tool_config_path(cfg: dict[str, Any]) -> str | None:
     return dig(cfg, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, Any]):
+    """os.environ with ``values`` set, restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update({key: str(value) for key, value in values.items()})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def check_tool_config(cfg: dict[str, Any]) -> tuple[Check, str | None]:
     """The tool YAML loads with verl's own loader (it instantiates the tool classes); returns the sandbox URL."""
     if config_kind(cfg) != "rl":
@@ -396,10 +411,13 @@ def check_tool_config(cfg: dict[str, Any]) -> tuple[Check, str | None]:
                                           "model cannot call the code tool (use configs/tool.yaml)"), None
     if not Path(path).is_file():
         return Check(FAIL, "tool config", f"{path} does not exist (RETOOL_REPO_DIR points the recipe at it)"), None
+    # The tool YAML is resolved in Ray workers, which see the job's runtime env (scripts/launch.sh puts
+    # RETOOL_SANDBOX_URL there): check the URL training will post to, not this shell's.
+    worker_env = dig(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", None) or {}
     try:
         from verl.tools.tool_registry import initialize_tools_from_config
 
-        with contextlib.redirect_stdout(io.StringIO()):  # verl's BaseTool prints every schema it loads
+        with contextlib.redirect_stdout(io.StringIO()), _environment(worker_env):  # verl prints each schema
             tools = initialize_tools_from_config(path)
     except Exception as e:  # any import or validation error of the tool is what the user must fix
         return Check(FAIL, "tool config", f"{path} does not load: {type(e).__name__}: {e}"), None
@@ -706,8 +724,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(tool_check)
         if sandbox_url and tool_url and base_url(sandbox_url) != base_url(tool_url):
             checks.append(Check(WARN, "sandbox url", f"checking {base_url(sandbox_url)} but the tool config sends "
-                                                     f"code to {tool_url}: set SANDBOX_URL (launchers) or "
-                                                     "RETOOL_SANDBOX_URL to the same server"))
+                                                     f"code to {tool_url}: set RETOOL_SANDBOX_URL (or --sandbox-url) "
+                                                     "to the same server"))
         sandbox_url = sandbox_url or tool_url
     checks.append(check_sandbox(sandbox_url))
     checks.append(check_ray(args.ray_address or os.environ.get("RAY_ADDRESS"), cfg))

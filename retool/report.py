@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-# The reference run of the recipe (docs: REFERENCE_RESULTS.md): Qwen3-4B-Instruct-2507, SFT then GRPO.
+# The reference run of the recipe (docs/reference.md): Qwen3-4B-Instruct-2507, SFT then GRPO.
 REFERENCE_RESULTS: dict[str, Any] = {
     "name": "CANN qwen3_tool_agent: Qwen3-4B-Instruct-2507, 16 Atlas A3 dies, SFT then 130 GRPO steps",
     "metrics": {

@@ -6,9 +6,16 @@
 # Environment (all optional):
 #   DEVICE          npu | cuda | cpu (default npu); sources configs/device/$DEVICE.env and selects the Hydra overlay
 #   CONFIG_NAME     Hydra config in configs/ (default: the stage name)
-#   RUN_DIR         run folder for logs, resolved config and checkpoints (default runs/<stage>-<timestamp>)
+#   RUN_DIR         run folder for logs, resolved config and checkpoints (default runs/<stage>-<timestamp>;
+#                   multi-node SFT needs the same shared folder on every node, so there it must be set)
+#   RETOOL_SANDBOX_URL  the /run_code URL the RL tool posts to (configs/tool.yaml)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE   multi-node SFT (torchrun); RL uses the Ray cluster
 #   DRY_RUN=1       print the fully resolved verl config (extra overrides included) and exit without devices
+#
+# The config is resolved once, here, into $RUN_DIR/<stage>.resolved.yaml, and verl runs exactly that file: every
+# ${oc.env:...} in configs/ takes this shell's value, not that of whichever process (a Ray worker started by
+# `ray start` has the raylet's environment) happens to read it. What verl itself reads from the environment inside
+# Ray workers (TensorBoard's folder, the tool's sandbox URL) travels in the Ray job's runtime env.
 set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +27,10 @@ case "$STAGE" in
   *) echo "error: unknown stage '$STAGE' (expected sft or dapo)" >&2; exit 2 ;;
 esac
 
+# The project venv when there is one (make setup), else the image's python (NPU/CUDA containers).
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$REPO_DIR/.venv/bin/python" ]]; then PYTHON="$REPO_DIR/.venv/bin/python"; else PYTHON=python3; fi
+fi
 DEVICE="${DEVICE:-npu}"
 DEVICE_ENV="$REPO_DIR/configs/device/$DEVICE.env"
 [[ -f "$DEVICE_ENV" ]] || { echo "error: DEVICE=$DEVICE has no $DEVICE_ENV (expected npu, cuda or cpu)" >&2; exit 2; }
@@ -27,30 +38,41 @@ DEVICE_ENV="$REPO_DIR/configs/device/$DEVICE.env"
 source "$DEVICE_ENV"
 
 CONFIG_NAME="${CONFIG_NAME:-$STAGE}"
-# The project venv when there is one (make setup), else the image's python (NPU/CUDA containers).
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$REPO_DIR/.venv/bin/python" ]]; then PYTHON="$REPO_DIR/.venv/bin/python"; else PYTHON=python3; fi
-fi
 export RETOOL_REPO_DIR="$REPO_DIR"
+if [[ -z "${RUN_DIR:-}" ]]; then
+  if [[ "$STAGE" == sft && "${NNODES:-1}" != 1 && "${DRY_RUN:-0}" != 1 ]]; then
+    echo "error: multi-node SFT (NNODES=$NNODES) needs RUN_DIR set to one shared folder, the same on every node" >&2
+    exit 2
+  fi
+  RUN_DIR="$REPO_DIR/runs/$STAGE-$(date +%Y%m%d-%H%M%S)"
+fi
+RUN_DIR="$(realpath -m "$RUN_DIR")"  # absolute: Hydra reads the resolved config from here, and Ray workers write here
+export RUN_DIR RETOOL_RUN_DIR="$RUN_DIR"
+# verl's TensorBoard logger (and its validation-generations TEXT tab) writes where this points.
+export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/$STAGE}"
+
 HYDRA_ARGS=(--config-path "$REPO_DIR/configs" --config-name "$CONFIG_NAME" "device/$STAGE=$DEVICE")
+if [[ "$STAGE" == dapo ]]; then
+  RUNTIME_ENV="+ray_kwargs.ray_init.runtime_env.env_vars"
+  HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'")
+  [[ -z "${RETOOL_SANDBOX_URL:-}" ]] || HYDRA_ARGS+=("$RUNTIME_ENV.RETOOL_SANDBOX_URL='$RETOOL_SANDBOX_URL'")
+fi
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   # Hydra composes and prints the config, then exits: no Ray, no process group, no device.
   exec "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve
 fi
 
-RUN_DIR="${RUN_DIR:-$REPO_DIR/runs/$STAGE-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RUN_DIR/logs"
-export RETOOL_RUN_DIR="$RUN_DIR"
-# verl's TensorBoard logger (and its validation-generations TEXT tab) writes where this points.
-export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/$STAGE}"
-# Keep the exact configuration next to the results it produced.
-"$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve > "$RUN_DIR/$STAGE.resolved.yaml" 2> "$RUN_DIR/logs/$STAGE.resolve.log" \
-  || { cat "$RUN_DIR/logs/$STAGE.resolve.log" >&2; exit 1; }
+RESOLVED="$STAGE.resolved.yaml"
+PARTIAL="$(mktemp "$RUN_DIR/.$RESOLVED.XXXXXX")"  # renamed into place whole: other nodes may read it
+"$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve > "$PARTIAL" 2> "$RUN_DIR/logs/$STAGE.resolve.log" \
+  || { cat "$RUN_DIR/logs/$STAGE.resolve.log" >&2; rm -f "$PARTIAL"; exit 1; }
+mv "$PARTIAL" "$RUN_DIR/$RESOLVED"
+RUN_ARGS=(--config-path "$RUN_DIR" --config-name "${RESOLVED%.yaml}" hydra.run.dir="$RUN_DIR/hydra")
 
 LOG="$RUN_DIR/logs/$STAGE.log"
 echo "[$STAGE] device=$DEVICE config=$CONFIG_NAME run_dir=$RUN_DIR log=$LOG"
-set -o pipefail
 if [[ "$STAGE" == sft ]]; then
   if [[ -z "${MASTER_PORT:-}" ]]; then
     # One node: any free loopback port (two runs on one host must not collide). Several nodes: agree on 29500.
@@ -63,7 +85,7 @@ if [[ "$STAGE" == sft ]]; then
   "$PYTHON" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --nproc_per_node="${NPROC_PER_NODE:-1}" \
     --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$MASTER_PORT" \
-    -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" hydra.run.dir="$RUN_DIR/hydra" 2>&1 | tee "$LOG"
+    -m "$MODULE" "${RUN_ARGS[@]}" 2>&1 | tee "$LOG"
 else
-  "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" hydra.run.dir="$RUN_DIR/hydra" 2>&1 | tee "$LOG"
+  "$PYTHON" -m "$MODULE" "${RUN_ARGS[@]}" 2>&1 | tee "$LOG"
 fi

@@ -1,10 +1,13 @@
 """DAPO-Math-17k and AIME 2024 / 2025 -> verl RL rows for the tool agent (`retool-prepare-rl`).
 
-Each output row (docs DATA_FORMATS.md for the inputs):
+Inputs: DAPO-Math-17k's layout (`prompt`, `reward_model`, `extra_info`) or an AIME layout (problem/answer/id or
+Problem/Answer/ID columns). Each output row:
 - `data_source`: "math_dapo", "aime_2024" or "aime_2025" (it names the validation curves,
   e.g. `val-core/aime_2025/acc/mean@30`);
-- `prompt`: one user message, `user_prompt(problem)`: the problem text and the shared `\\boxed{}` instruction. DAPO's
-  own "Answer:" instruction (its fixed prefix and suffix) is removed, so the model is asked for a boxed answer only;
+- `prompt`: one user message in the chosen prompt style (retool.data.prompt). `reference` (default), as the
+  reference run: the source text unchanged (DAPO: the whole user message, its "Answer:" instruction included; AIME:
+  the problem), a newline and "The answer format must be: \\boxed{'The final answer goes here.'}". `recipe`: the bare
+  problem (DAPO's fixed prefix and suffix removed), a blank line and the recipe's `\\boxed{}` instruction;
 - `ability` "MATH"; `reward_model` {style: "rule", ground_truth: str} (AIME answers as plain integers, "025" -> "25");
 - `extra_info`: index (DAPO's UUID, or the AIME id, always a string), split, question (the bare problem),
   need_tools_kwargs, tools_kwargs {code_interpreter: {create_kwargs: {ground_truth}}};
@@ -38,7 +41,13 @@ from retool.data.io import (
     skipped_rows_lines,
     write_parquet,
 )
-from retool.data.prompt import user_prompt
+from retool.data.prompt import (
+    DEFAULT_PROMPT_STYLE,
+    add_prompt_style_argument,
+    check_prompt_style,
+    recipe_prompt,
+    reference_prompt,
+)
 
 TOOL_NAME = "code_interpreter"
 AGENT_NAME = "tool_agent"
@@ -82,18 +91,23 @@ RL_SCHEMA = pa.schema(
 # ---------------------------------------------------------------- one row
 
 
-def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
-    """One raw row of `source` ("dapo", "aime2024", "aime2025") -> an RL row. Raises ConversionError (with `.kind`).
-    Observations that do not stop the conversion (a DAPO prompt without its Answer: instruction) go to `notes`."""
+def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = None,
+                prompt_style: str = DEFAULT_PROMPT_STYLE) -> dict[str, Any]:
+    """One raw row of `source` ("dapo", "aime2024", "aime2025") -> an RL row, its prompt in `prompt_style`
+    ("reference" or "recipe"). Raises ConversionError (with `.kind`). Observations that do not stop the conversion
+    (a DAPO prompt without its Answer: instruction) go to `notes`."""
     if source not in DATA_SOURCES:
         raise ValueError(f"source must be one of {list(DATA_SOURCES)}, got {source!r}")
+    check_prompt_style(prompt_style)
     if not isinstance(raw, Mapping):
         raise ConversionError("bad_row_layout", f"a row must be a mapping, got {type(raw).__name__}")
     notes = [] if notes is None else notes
-    problem, ground_truth, index = _dapo_fields(raw, notes) if source == "dapo" else _aime_fields(raw)
+    fields = _dapo_fields(raw, notes) if source == "dapo" else _aime_fields(raw)
+    source_text, problem, ground_truth, index = fields
+    prompt = reference_prompt(source_text) if prompt_style == "reference" else recipe_prompt(problem)
     return {
         "data_source": DATA_SOURCES[source],
-        "prompt": [{"role": "user", "content": user_prompt(problem)}],
+        "prompt": [{"role": "user", "content": prompt}],
         "ability": "MATH",
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {
@@ -107,17 +121,18 @@ def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = N
     }
 
 
-def _dapo_fields(raw: Mapping[str, Any], notes: list[str]) -> tuple[str, str, str]:
+def _dapo_fields(raw: Mapping[str, Any], notes: list[str]) -> tuple[str, str, str, str]:
+    """(the user message as it is, the bare problem, ground truth, index)."""
     prompt = raw.get("prompt")
     users = [m for m in (prompt if isinstance(prompt, (list, tuple)) else []) if isinstance(m, Mapping)
              and m.get("role") == "user" and isinstance(m.get("content"), str)]
     if len(users) != 1:
         raise ConversionError("bad_row_layout", "`prompt` must hold exactly one user message with text content")
-    problem = users[0]["content"]
+    content = problem = users[0]["content"]
     has_prefix, has_suffix = problem.startswith(DAPO_PREFIX), problem.endswith(DAPO_SUFFIX)
     problem = problem[len(DAPO_PREFIX) if has_prefix else 0 : len(problem) - (len(DAPO_SUFFIX) if has_suffix else 0)]
     if not (has_prefix and has_suffix):
-        notes.append("dapo_instruction_missing")  # kept: the boxed instruction is still added
+        notes.append("dapo_instruction_missing")  # kept: the boxed-answer text is still added
     problem = problem.strip()
     if not problem:
         raise ConversionError("empty_problem", "the prompt holds no problem text")
@@ -130,17 +145,18 @@ def _dapo_fields(raw: Mapping[str, Any], notes: list[str]) -> tuple[str, str, st
     index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
     if index is None or str(index).strip() == "":
         raise ConversionError("bad_row_layout", "extra_info.index is missing")
-    return problem, str(truth).strip(), str(index)
+    return content, problem, str(truth).strip(), str(index)
 
 
-def _aime_fields(raw: Mapping[str, Any]) -> tuple[str, str, str]:
+def _aime_fields(raw: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(the problem as it is, the problem stripped, ground truth, index)."""
     problem = _first(raw, "problem", "Problem")
     if not isinstance(problem, str) or not problem.strip():
         raise ConversionError("empty_problem", "no `problem`/`Problem` text")
     index = _first(raw, "id", "ID")
     if index is None or str(index).strip() == "":
         raise ConversionError("bad_row_layout", "no `id`/`ID`")
-    return problem.strip(), str(aime_answer(_first(raw, "answer", "Answer"))), str(index)
+    return problem, problem.strip(), str(aime_answer(_first(raw, "answer", "Answer"))), str(index)
 
 
 def aime_answer(value: Any) -> int:
@@ -208,20 +224,23 @@ def prepare(
     limit: int | None = None,
     on_error: str = "skip",
     split: str | None = None,
+    prompt_style: str = DEFAULT_PROMPT_STYLE,
 ) -> dict[str, Any]:
     """Convert `input` (hub id, parquet/jsonl file or dataset directory) into an RL parquet file at `output`.
 
-    source: "auto" | "dapo" | "aime2024" | "aime2025". dedupe: keep one row per index and per problem text.
+    source: "auto" | "dapo" | "aime2024" | "aime2025". prompt_style: "reference" (default) | "recipe" (module
+    docstring). dedupe: keep one row per index and per problem text.
     limit: stop after this many written rows. on_error: "skip" (unconvertible rows are reported) or "fail" (the first
     one raises ConversionError naming its index; nothing is written). Returns a summary dict: source, data_source,
-    rows_read, written, skipped, skip_reasons, skipped_rows [{row, kind, reason}], duplicates {by_index, by_problem},
-    notes {kind: n}."""
+    prompt_style, rows_read, written, skipped, skip_reasons, skipped_rows [{row, kind, reason}], duplicates
+    {by_index, by_problem}, notes {kind: n}."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error must be 'skip' or 'fail', got {on_error!r}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be positive, got {limit}")
+    check_prompt_style(prompt_style)
     rows = open_rows(input, split)
     kind = detect_source(rows, str(input)) if source == "auto" else source
     stats: dict[str, Any] = {"rows_read": 0, "skipped_rows": [], "notes": Counter(), "by_index": 0, "by_problem": 0}
@@ -236,7 +255,7 @@ def prepare(
             stats["rows_read"] += 1
             notes: list[str] = []
             try:
-                row = convert_row(raw, kind, notes)
+                row = convert_row(raw, kind, notes, prompt_style=prompt_style)
             except ConversionError as exc:
                 if on_error == "fail":
                     raise ConversionError(exc.kind, f"{rows.description} row {number}: {exc}") from exc
@@ -263,6 +282,7 @@ def prepare(
         "output": str(output),
         "source": kind,
         "data_source": DATA_SOURCES[kind],
+        "prompt_style": prompt_style,
         "rows_read": stats["rows_read"],
         "written": written,
         "skipped": len(skipped),
@@ -277,7 +297,8 @@ def prepare(
 def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
     """Human-readable report of a prepare summary (the first `max_rows` skipped rows listed)."""
     lines = [
-        f"{summary['input']} [{summary['source']}] -> {summary['output']} (data_source {summary['data_source']})",
+        (f"{summary['input']} [{summary['source']}] -> {summary['output']} (data_source {summary['data_source']}, "
+         f"prompt style {summary['prompt_style']})"),
         f"rows read {summary['rows_read']}, written {summary['written']}, skipped {summary['skipped']}",
     ]
     if summary["duplicates"] is not None:
@@ -309,12 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="input layout; auto detects it from columns, rows and name (default: %(default)s)")
     parser.add_argument("--dedupe", action="store_true", help="keep one row per index and per problem text")
     parser.add_argument("--limit", type=_positive_int, default=None, help="write at most this many rows")
+    add_prompt_style_argument(parser)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
     return run_conversion(
         "retool-prepare-rl",
         lambda: prepare(args.input, args.output, source=args.source, dedupe=args.dedupe, limit=args.limit,
-                        on_error=args.on_error, split=args.split),
+                        on_error=args.on_error, split=args.split, prompt_style=args.prompt_style),
         format_summary, args.report, input_errors=(DataSourceError,),
     )
 

@@ -1,17 +1,20 @@
 """ReTool-SFT -> multi-turn tool-calling SFT rows (`messages` + `tools`) for verl's MultiTurnSFTDataset.
 
-Raw layout (JoeYing/ReTool-SFT, docs DATA_FORMATS.md): `messages = [user, assistant]`. The user turn is a long
-instruction template ending in `*user question:*`, the question, and a trailing "Remember to place the final answer
-..." format line. The assistant turn is one string interleaving free text, `<code>```python ...```</code>` blocks,
+Raw layout (JoeYing/ReTool-SFT, 2,000 rows): `messages = [user, assistant]`. The user turn is a long instruction
+template ending in `*user question:*`, the question, and a trailing "Remember to place the final answer ..." format
+line. The assistant turn is one string interleaving free text, `<code>```python ...```</code>` blocks,
 `<interpreter>output</interpreter>` blocks, and a final `<answer>\\boxed{N}</answer>`.
 
 Converted row:
-- `messages`: the user turn becomes `user_prompt(question)` (the question plus the shared boxed-answer instruction,
-  the same text RL and validation prompts use; the raw template describes the old <code>/<interpreter> tag protocol
-  and is dropped). Each code block becomes an assistant message (the text before it as `content`) with one
-  `tool_calls` entry `{type: function, function: {name: code_interpreter, arguments: {"code": ...}}}`, followed by a
-  `tool` message holding the interpreter output. The last assistant message holds the text before the answer and
-  the `\\boxed{}` answer (the `<answer>` tags are removed).
+- `messages`: the user turn depends on the prompt style (retool.data.prompt). `reference` (default), as the
+  reference run: everything after the `*user question:*` marker with the `<answer>`/`</answer>` tags removed and
+  the ends stripped, i.e. the question and the "Remember to place the final answer ... \\boxed{{...}}" line.
+  `recipe`: `recipe_prompt(question)`, the question plus the recipe's boxed-answer instruction (the text of its RL
+  and validation prompts). Either way the instruction template before the marker (it describes the old
+  <code>/<interpreter> tag protocol) is dropped. Each code block becomes an assistant message (the text before it
+  as `content`) with one `tool_calls` entry `{type: function, function: {name: code_interpreter, arguments:
+  {"code": ...}}}`, followed by a `tool` message holding the interpreter output. The last assistant message holds
+  the text before the answer and the `\\boxed{}` answer (the `<answer>` tags are removed).
 - `tools`: `[schema]`, the code_interpreter tool schema read from the tool YAML, keyed in the order verl's
   `OpenAIFunctionToolSchema.model_dump(exclude_unset=True, exclude_none=True)` gives at RL time, so SFT and RL
   prompts render identically.
@@ -47,7 +50,12 @@ from retool.data.io import (
     skipped_rows_lines,
     write_parquet,
 )
-from retool.data.prompt import user_prompt
+from retool.data.prompt import (
+    DEFAULT_PROMPT_STYLE,
+    add_prompt_style_argument,
+    check_prompt_style,
+    recipe_prompt,
+)
 
 TOOL_NAME = "code_interpreter"
 QUESTION_MARKER = "*user question:*"
@@ -163,11 +171,13 @@ def canonical_tool_schema(schema: Mapping[str, Any], where: str = "tool_schema")
 # ---------------------------------------------------------------- one row
 
 
-def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None) -> list[dict[str, Any]]:
+def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None,
+                prompt_style: str = DEFAULT_PROMPT_STYLE) -> list[dict[str, Any]]:
     """Convert one raw ReTool-SFT row into chat `messages` with tool calls (see the module docstring).
 
     Raises ConversionError (with `.kind`) when the row cannot be converted. If `repairs` is given, the kinds of the
-    repairs applied to this row are appended to it."""
+    repairs applied to this row are appended to it. `prompt_style` ("reference" or "recipe") picks the user turn."""
+    check_prompt_style(prompt_style)
     repairs = [] if repairs is None else repairs
     if not isinstance(row, Mapping) or row.get("messages") is None:
         raise ConversionError("bad_row_layout", "the row has no `messages` (column missing or null)")
@@ -181,7 +191,7 @@ def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None) -> lis
                 "bad_row_layout", f"{message['role']} content is {type(message.get('content')).__name__}, not text"
             )
 
-    messages: list[dict[str, Any]] = [{"role": "user", "content": user_prompt(_question(raw[0]["content"]))}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user_turn(raw[0]["content"], prompt_style)}]
     rounds, final = _split_assistant(raw[1]["content"], repairs)
     for content, code, output in rounds:
         call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": code}}}
@@ -191,7 +201,20 @@ def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None) -> lis
     return messages
 
 
+def user_turn(user_content: str, prompt_style: str = DEFAULT_PROMPT_STYLE) -> str:
+    """The converted user message of a raw ReTool-SFT user turn, in `prompt_style` (module docstring).
+
+    Raises ConversionError("no_question") when the marker is missing or no question follows it (in both styles:
+    a row whose question is empty is skipped, though the reference would have kept its bare format line)."""
+    question = _question(user_content)
+    if check_prompt_style(prompt_style) == "recipe":
+        return recipe_prompt(question)
+    after_marker = user_content[user_content.index(QUESTION_MARKER) + len(QUESTION_MARKER):]
+    return after_marker.replace("<answer>", "").replace("</answer>", "").strip()
+
+
 def _question(user_content: str) -> str:
+    """The bare question: after the marker, without the trailing format line."""
     if QUESTION_MARKER not in user_content:
         raise ConversionError("no_question", f"the user turn lacks the {QUESTION_MARKER!r} marker")
     question = _RAW_FORMAT_LINE.sub("", user_content.rpartition(QUESTION_MARKER)[2]).strip()
@@ -317,14 +340,17 @@ def preprocess(
     tool_config: str | Path = DEFAULT_TOOL_CONFIG,
     on_error: str = "skip",
     split: str | None = None,
+    prompt_style: str = DEFAULT_PROMPT_STYLE,
 ) -> dict[str, Any]:
     """Convert every row of `input` (hub id, parquet/jsonl file or dataset directory) and write `output` (parquet
-    with `messages` and `tools`). Returns a summary dict: rows_read, converted, skipped, skip_reasons {kind: n},
+    with `messages` and `tools`); `prompt_style` picks the user turn ("reference" or "recipe", module docstring).
+    Returns a summary dict: prompt_style, rows_read, converted, skipped, skip_reasons {kind: n},
     skipped_rows [{row, kind, reason}], repairs {kind: n}, repaired_rows {kind: [row indices]},
     tool_calls_per_row {calls: rows}. With on_error="fail" the first unconvertible row raises ConversionError
     naming its index and nothing is written."""
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error must be 'skip' or 'fail', got {on_error!r}")
+    check_prompt_style(prompt_style)
     schema = load_tool_schema(tool_config)
     source = open_rows(input, split)
     converted: list[list[dict[str, Any]]] = []
@@ -336,7 +362,7 @@ def preprocess(
         rows_read += 1
         row_repairs: list[str] = []
         try:
-            messages = convert_row(raw, repairs=row_repairs)
+            messages = convert_row(raw, repairs=row_repairs, prompt_style=prompt_style)
         except ConversionError as exc:
             if on_error == "fail":
                 raise ConversionError(exc.kind, f"{source.description} row {index}: {exc}") from exc
@@ -360,6 +386,7 @@ def preprocess(
     return {
         "input": source.description,
         "output": str(output),
+        "prompt_style": prompt_style,
         "rows_read": rows_read,
         "converted": len(converted),
         "skipped": len(skipped),
@@ -374,7 +401,7 @@ def preprocess(
 def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
     """Human-readable report of a preprocess summary (the first `max_rows` skipped rows listed)."""
     lines = [
-        f"{summary['input']} -> {summary['output']}",
+        f"{summary['input']} -> {summary['output']} (prompt style {summary['prompt_style']})",
         f"rows read {summary['rows_read']}, converted {summary['converted']}, skipped {summary['skipped']}",
         f"tool calls per row: {summary['tool_calls_per_row']}",
     ]
@@ -395,11 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
     parser.add_argument("--tool-config", type=Path, default=DEFAULT_TOOL_CONFIG,
                         help="verl tool YAML holding the code_interpreter schema (default: %(default)s)")
+    add_prompt_style_argument(parser)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
     return run_conversion(
         "retool-sft-preprocess",
-        lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split),
+        lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split,
+                           prompt_style=args.prompt_style),
         format_summary, args.report, input_errors=(DataSourceError, ToolConfigError),
     )
 

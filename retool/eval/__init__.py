@@ -18,7 +18,9 @@ Outputs in ``--output``:
 - ``eval_config.yaml`` (the rollout settings used) and ``tool_config.yaml`` (the tool YAML pointed at the sandbox).
 
 Inputs: an RL parquet written by ``retool-prepare-rl`` (used as is), or any layout ``retool.data.rl`` reads
-(AIME 2024/2025 jsonl or parquet, DAPO), converted row by row with the recipe's converter.
+(AIME 2024/2025 jsonl or parquet, DAPO), converted row by row with the recipe's converter; ``--prompt-style``
+(``reference`` by default, or ``recipe``) picks the prompt wording of those converted rows and must match the one
+the model was trained with (retool.data.prompt).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from retool.data.prompt import DEFAULT_PROMPT_STYLE, add_prompt_style_argument, check_prompt_style
 from retool.metrics import summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,11 +100,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_problems(paths: Sequence[Path], limit: int | None = None) -> list[Problem]:
-    """Problems from each file in order (the first ``limit`` of each); problem ids must be unique."""
+def load_problems(paths: Sequence[Path], limit: int | None = None,
+                  prompt_style: str = DEFAULT_PROMPT_STYLE) -> list[Problem]:
+    """Problems from each file in order (the first ``limit`` of each); problem ids must be unique. Raw (not yet
+    converted) files get their prompts in ``prompt_style`` ("reference" or "recipe"); RL parquets are used as is."""
     from retool.data import rl
     from retool.data.io import open_rows
 
+    check_prompt_style(prompt_style)
     problems: list[Problem] = []
     seen: dict[str, str] = {}
     for path in paths:
@@ -118,7 +124,7 @@ def load_problems(paths: Sequence[Path], limit: int | None = None) -> list[Probl
             where = f"{path} row {number}"
             if kind is not None:
                 try:
-                    raw = rl.convert_row(raw, kind)
+                    raw = rl.convert_row(raw, kind, prompt_style=prompt_style)
                 except rl.ConversionError as e:
                     raise EvalError(f"{where}: cannot convert ({e}); fix the row or pass a prepared RL parquet") from e
             fields = _problem_from_rl_row(raw, where)
@@ -136,9 +142,12 @@ def load_problems(paths: Sequence[Path], limit: int | None = None) -> list[Probl
 
 
 def _is_raw_dapo(rows: Any) -> bool:
-    """Raw DAPO-Math-17k has the RL columns too, but its prompt still carries DAPO's 'Answer:' instruction."""
+    """Raw DAPO-Math-17k has the RL columns too, but no ``agent_name`` and its prompt starts with DAPO's 'Answer:'
+    instruction. (A prepared file in the reference prompt style starts the same way; its ``agent_name`` tells.)"""
     from retool.data.rl import DAPO_PREFIX
 
+    if "agent_name" in rows.columns:
+        return False
     first = next(iter(rows), None)
     prompt = _plain(first.get("prompt")) if first else None
     return bool(prompt) and isinstance(prompt[0], dict) and str(prompt[0].get("content", "")).startswith(DAPO_PREFIX)
@@ -251,6 +260,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="response budget of a whole trajectory (model + tool tokens); default: the config's")
     p.add_argument("--max-tool-response-length", type=int, default=None, help="characters of tool output kept")
     p.add_argument("--limit", type=int, default=None, help="use the first LIMIT problems of each --data file")
+    add_prompt_style_argument(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"], default="auto",
                    help="expected device; vLLM runs on the platform its build targets and a mismatch is an error")
@@ -297,7 +307,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.model / "config.json").is_file():
         raise EvalError(f"--model {args.model} has no config.json: pass a Hugging Face model folder "
                         "(merge FSDP checkpoints with `python -m verl.model_merger merge`)")
-    problems = load_problems(args.data, args.limit)
+    problems = load_problems(args.data, args.limit, args.prompt_style)
     sandbox_url = run_code_url(args.sandbox_url)
     check_sandbox(sandbox_url)
     device = _prepare_platform(args.device, args.kv_cache_gb)
@@ -323,6 +333,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                                                 resolve=True)) if config.get("reward") else {}
     settings_record = {
         "model": str(args.model), "data": [str(d) for d in args.data], "n": args.n, "limit": args.limit,
+        "prompt_style": args.prompt_style,
         "problems": len(problems), "sandbox_url": sandbox_url, "device": device, "config": str(args.config),
         "overrides": overrides, "sampling": sampling, "seed": args.seed, "reward_kwargs": reward_kwargs,
         "structured_regex": args.structured_regex,

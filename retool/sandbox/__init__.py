@@ -7,7 +7,9 @@ runaway memory (RLIMIT_AS), runaway time (wall-clock kill of the whole pid names
 and the server's environment leaking into user code. What it does not: kernel exploits, CPU-cache side channels,
 disk filling of the work dir up to the file-size limit times the number of files within one run; the rlimit tier
 has no network isolation and only an unprivileged user's view of the filesystem, and none isolates nothing.
-See docs/sandbox.md.
+In fork mode (the default with root) programs are forked from a per-slot interpreter that has already imported the
+runtime packages (``--preimport``). Requests with a ``session_id`` run as cells of a stateful session, one isolated
+long-lived interpreter per session (``sessions.py``). See docs/sandbox.md.
 
 The server depends only on aiohttp and the standard library; ``retool.sandbox.testing.running_sandbox`` starts a
 real server for tests.

@@ -56,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start a new sandbox (namespaces, interpreter) for every run instead of forking runs "
                             "from one sandbox per slot that is swept clean after each run; slower for short "
                             "programs (see docs/sandbox.md)")
+    serve.add_argument("--preimport", default=None, metavar="MODULES",
+                       help="fork mode: comma-separated modules each slot's fork server imports before it forks "
+                            "programs, so `import numpy` costs a program nothing; 'none' = nothing (default: "
+                            "numpy,scipy,sympy,mpmath, the packages of requirements-runtime.txt, those installed)")
+    serve.add_argument("--max-sessions", type=int, default=None,
+                       help="stateful sessions (requests with a session_id) that may exist at once; the least "
+                            "recently used idle one is evicted for a new one; 0 disables sessions (default: "
+                            "min(64, 256 - 2 x slots))")
+    serve.add_argument("--session-idle-timeout", type=_positive_float, default=300.0,
+                       help="seconds a session may stay unused before it is evicted (default: %(default)s)")
     serve.add_argument("--work-root", default=None, help="where per-run work dirs are made (default: system temp)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     probe = sub.add_parser("probe", help="self-test every isolation tier and print a JSON report")
@@ -100,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             default_timeout=args.default_timeout, max_timeout=args.max_timeout, queue_timeout=args.queue_timeout,
             max_output_bytes=args.max_output_bytes, max_memory_mb=args.max_memory_mb,
             max_processes=args.max_processes, max_file_size_mb=args.max_file_size_mb, uid_base=args.uid_base,
-            work_root=args.work_root, fresh_sandbox_per_run=args.fresh_sandbox_per_run,
+            work_root=args.work_root, fresh_sandbox_per_run=args.fresh_sandbox_per_run, preimport=args.preimport,
+            max_sessions=args.max_sessions, session_idle_timeout=args.session_idle_timeout,
         )
         asyncio.run(serve(cfg))
     except (ValueError, OSError, IsolationUnavailable) as exc:  # bad option, port in use, no usable tier

@@ -10,6 +10,10 @@ fork plus the program itself.
 as the slot's spare while the previous program runs (``runs.FreshRun``); slot ``s`` alternates between sandbox
 numbers ``2s`` and ``2s+1`` so the spare never shares a uid with the program being swept.
 
+Sessions (``start_session`` / ``run_cell``) are a third way, independent of the mode: a session's own sandbox and
+interpreter runs its cells one after another in one namespace (``runs.SessionSandbox``); ``sessions.py`` decides
+when sessions start and end.
+
 Either way the program runs as ``main.py`` in ``__main__`` (tracebacks, ``sys.argv``, ``sys.path[0]`` and
 ``__file__`` as with ``python main.py``) under the request's rlimits. Contract of ``Executor.run``: the timeout
 clock starts when the program starts (its own report), never during start-up or queueing; on timeout the program
@@ -41,7 +45,16 @@ from retool.sandbox.isolation import (
     Limits,
     make_isolation,
 )
-from retool.sandbox.runs import KILL_GRACE_S, START_TIMEOUT_S, ForkRun, ForkServer, FreshRun, Run
+from retool.sandbox.runs import (
+    KILL_GRACE_S,
+    START_TIMEOUT_S,
+    ForkRun,
+    ForkServer,
+    FreshRun,
+    Run,
+    SessionCell,
+    SessionSandbox,
+)
 
 log = logging.getLogger("retool.sandbox")
 
@@ -49,6 +62,25 @@ PROGRAM_NAME = "main.py"
 _MB = 1024 * 1024
 _INTERRUPT_GRACE_S = 0.5
 _DRAIN_GRACE_S = 1.0
+# A session's processes get this many times one run's CPU-seconds backstop over the session's whole life.
+SESSION_CPU_RUNS = 10
+# What fork mode preimports by default: the packages of requirements-runtime.txt, each only if it is installed
+# (tests/sandbox/test_units.py keeps the two lists equal).
+DEFAULT_PREIMPORT = ("numpy", "scipy", "sympy", "mpmath")
+
+
+def preimport_spec(modules: str | None) -> str:
+    """The fork server's PREIMPORT argument: ``None`` = the defaults, each skipped if not installed; otherwise
+    the comma-separated modules, which must import (``""`` or ``"none"`` = nothing)."""
+    if modules is None:
+        return ",".join("?" + name for name in DEFAULT_PREIMPORT)
+    names = [name.strip() for name in modules.split(",") if name.strip()]
+    if names == ["none"]:
+        return ""
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"preimport: {name!r} is not a module name")
+    return ",".join(names)
 
 
 @dataclass(frozen=True)
@@ -110,11 +142,13 @@ class Executor:
     """
 
     def __init__(self, isolation: Isolation, ceiling: Limits, work_root: str | None = None,
-                 max_output_bytes: int = 1 << 20, fresh: bool = False) -> None:
+                 max_output_bytes: int = 1 << 20, fresh: bool = False, preimport: str = "") -> None:
         self.isolation = isolation
         self.ceiling = ceiling
         self.max_output_bytes = max_output_bytes
         self.mode = "fresh" if fresh or not isolation.can_fork_runs else "fork"
+        self.preimport = preimport if self.mode == "fork" else ""  # a fresh interpreter per run imports on demand
+        self.preimported: list[str] = []  # what the last fork server that started reported
         self.root = tempfile.mkdtemp(prefix="retool-sandbox-", dir=work_root)
         os.chmod(self.root, 0o711)  # sandbox uids must reach their own work dir, not list others
         self._spares: dict[int, FreshRun] = {}
@@ -130,7 +164,7 @@ class Executor:
     def _spawn(self, slot: int) -> FreshRun | ForkServer:
         if self.mode == "fork":
             box = 2 * slot
-            return ForkServer(self.isolation, box, self._run_dir(box))
+            return ForkServer(self.isolation, box, self._run_dir(box), self.preimport)
         box = self._next_box.get(slot, 2 * slot)
         self._next_box[slot] = box ^ 1
         return FreshRun(self.isolation, box, self._run_dir(box), self.max_output_bytes)
@@ -199,6 +233,11 @@ class Executor:
         except RuntimeError as exc:
             await self._retire(slot, server)
             return RunOutcome("Error", None, None, "", "", error=str(exc)), False
+        if not server.reported:  # once per fork server
+            server.reported = True
+            self.preimported = server.imported
+            for warning in server.warnings:
+                log.warning("preimport skipped %s", warning)
         run = ForkRun(server, self.max_output_bytes)
         try:
             return await self._run(run, spec), run.pid is not None
@@ -207,6 +246,28 @@ class Executor:
             if not server.healthy:  # replace it now, so the next request finds a started sandbox
                 await self._retire(slot, server)
                 self._refill(slot)
+
+    def session_limits(self, memory_mb: int | None) -> str:
+        """The rlimits of a session's interpreter for its whole life (those of the request that started it)."""
+        ceiling = self.ceiling
+        memory = memory_mb * _MB if memory_mb else 0
+        nproc = ceiling.max_processes if self.isolation.limits_processes else 0
+        return (f"{memory} {ceiling.cpu_seconds * SESSION_CPU_RUNS} {nproc} {ceiling.max_file_size_mb * _MB} "
+                f"{ceiling.max_open_files}")
+
+    def start_session(self, box: int, memory_mb: int | None, on_exit=None) -> SessionSandbox:
+        """Start a session's sandbox as sandbox number ``box`` (await its ``wait_ready``)."""
+        return SessionSandbox(self.isolation, box, self._run_dir(box), self.session_limits(memory_mb), on_exit)
+
+    async def run_cell(self, session: SessionSandbox, spec: RunSpec) -> RunOutcome:
+        """Run one cell in a started session; the session is stopped again afterwards (if it still lives)."""
+        await session.thaw()
+        cell = SessionCell(session, self.max_output_bytes)
+        try:
+            return await self._run(cell, spec)
+        finally:
+            await cell.close()
+            session.freeze_soon()
 
     def _write_files(self, run: Run, spec: RunSpec) -> None:
         for rel, content in [*spec.files.items(), (PROGRAM_NAME, spec.code.encode("utf-8", "surrogatepass"))]:
@@ -222,17 +283,19 @@ class Executor:
 
     async def _run(self, run: Run, spec: RunSpec) -> RunOutcome:
         loop = asyncio.get_running_loop()
-        self._write_files(run, spec)
+        if run.writes_program_file:
+            self._write_files(run, spec)
         ceiling = self.ceiling
         memory = spec.memory_mb * _MB if spec.memory_mb else 0
         cpu = min(cpu_seconds_for(spec.timeout_s), ceiling.cpu_seconds)
         nproc = ceiling.max_processes if self.isolation.limits_processes else 0
+        sent = time.monotonic()
         run.start(f"{memory} {cpu} {nproc} {ceiling.max_file_size_mb * _MB} {ceiling.max_open_files}",
                   os.path.join(run.inner, PROGRAM_NAME))
-        stdin = await _feed_stdin(loop, run.stdin_w, spec.stdin or b"")
+        stdin = await _feed_stdin(loop, run.stdin_w, run.stdin_payload(spec.code, spec.files, spec.stdin or b""))
         run.stdin_w = -1
         try:
-            started = await _wait_started(loop, run)
+            started = await _wait_started(loop, run, sent)
             if started is None:
                 rc = run.exit_code()
                 run.after_exit()
@@ -247,10 +310,10 @@ class Executor:
                 timed_out = True
                 run.interrupt()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(run.exited), _INTERRUPT_GRACE_S)
+                    await asyncio.wait_for(asyncio.shield(run.exited), run.interrupt_grace_s or _INTERRUPT_GRACE_S)
                 run.kill()
                 await asyncio.wait_for(asyncio.shield(run.exited), KILL_GRACE_S)
-            elapsed = run.exit_time - started
+            elapsed = max(0.0, run.exit_time - started)
             rc = run.exit_code()
             run.after_exit()
             # Everything is dead now; give the kernel a moment to close the last pipe ends.
@@ -263,6 +326,10 @@ class Executor:
                               error=run.error or "the program's exit status was lost")
         # RLIMIT_CPU ends a run with SIGXCPU: that is a time limit too.
         timed_out = timed_out or rc == -signal.SIGXCPU
+        files = {}
+        if spec.fetch_files:
+            await run.before_fetch()
+            files = self._fetch(run, spec.fetch_files)
         return RunOutcome(
             status="TimeLimitExceeded" if timed_out else "Finished",
             return_code=None if timed_out else rc,
@@ -270,7 +337,7 @@ class Executor:
             stdout=run.out.text("stdout"),
             stderr=run.err.text("stderr"),
             truncated=bool(run.out.dropped or run.err.dropped),
-            files=self._fetch(run, spec.fetch_files),
+            files=files,
         )
 
     def _fetch(self, run: Run, paths: tuple[str, ...]) -> dict[str, str]:
@@ -305,7 +372,20 @@ async def _feed_stdin(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> 
     return transport
 
 
-async def _wait_started(loop: asyncio.AbstractEventLoop, run: Run) -> float | None:
+def _start_time(data: bytes, sent: float) -> float | None:
+    """The reported start time, clamped to [sent, now] (a session's report comes from user-controlled code)."""
+    if not data.startswith(b"S"):
+        return None
+    try:
+        value = float(data[1:])
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    return min(max(value, sent), time.monotonic())
+
+
+async def _wait_started(loop: asyncio.AbstractEventLoop, run: Run, sent: float) -> float | None:
     """The program's start time (monotonic) once it reports it; None if the sandbox exited or hung first."""
     started: asyncio.Future[float | None] = loop.create_future()
 
@@ -317,7 +397,7 @@ async def _wait_started(loop: asyncio.AbstractEventLoop, run: Run) -> float | No
                 return
             except OSError:
                 data = b""
-            started.set_result(float(data[1:]) if data.startswith(b"S") else None)
+            started.set_result(_start_time(data, sent))
 
     os.set_blocking(run.started_r, False)
     loop.add_reader(run.started_r, on_started)
@@ -369,13 +449,14 @@ async def self_test(executor: Executor) -> str | None:
 
 async def try_tier(
     tier: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False,
+    max_output_bytes: int, fresh: bool = False, preimport: str = "",
 ) -> tuple[Executor | None, str | None]:
     """An executor for ``tier`` if its checks and self-test pass, else (None, the reason)."""
     if tier not in TIERS:
         raise IsolationUnavailable(f"unknown isolation tier {tier!r}; choose auto, {', '.join(TIERS)}")
     try:
-        executor = Executor(make_isolation(tier, interpreter, uid_base), ceiling, work_root, max_output_bytes, fresh)
+        executor = Executor(make_isolation(tier, interpreter, uid_base), ceiling, work_root, max_output_bytes, fresh,
+                            preimport)
     except IsolationUnavailable as exc:
         return None, str(exc)
     reason = await self_test(executor)
@@ -387,7 +468,7 @@ async def try_tier(
 
 async def choose_isolation(
     requested: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False,
+    max_output_bytes: int, fresh: bool = False, preimport: str = "",
 ) -> tuple[Executor, list[str]]:
     """Build the executor for ``requested`` ('auto' = strongest tier whose self-test passes; 'none' only if named).
 
@@ -397,7 +478,7 @@ async def choose_isolation(
     for tier in ["bwrap", "rlimit"] if requested == "auto" else [requested]:
         executor, reason = await try_tier(
             tier, interpreter, ceiling=ceiling, uid_base=uid_base, work_root=work_root,
-            max_output_bytes=max_output_bytes, fresh=fresh,
+            max_output_bytes=max_output_bytes, fresh=fresh, preimport=preimport,
         )
         if executor is not None:
             return executor, notes

@@ -1,77 +1,180 @@
 """The Python that runs *inside* a sandbox, as source text for ``python -c`` (it must not import ``retool``).
 
-Two entry programs share one ``_retool_enter`` step, which turns the current process into the user's program:
-it sets the request's rlimits (as soft and hard limits; core dumps always off), installs a fresh ``__main__``
-module for ``main.py`` (``__file__``, ``sys.argv``, ``sys.path[0]`` as with ``python main.py``), hides its own
-frames from tracebacks, and reports ``S<monotonic time>`` on the started fd (the clock is shared with the server:
-there is no time namespace), so the server's timeout clock starts exactly when user code starts. The program then
-runs at module level, so interpreter shutdown (atexit, non-daemon threads, flushing) is the normal one.
+Shared steps (``_COMMON``):
+
+``_retool_enter`` turns the current process into the user's program: it sets the request's rlimits (soft = hard;
+core dumps always off; the address-space limit is *added* to what the interpreter already maps at that moment, so
+preimported packages do not eat into a program's memory), installs a fresh ``__main__`` module for ``main.py``
+(``__file__``, ``sys.argv``, ``sys.path[0]`` as with ``python main.py``), hides its own frames from tracebacks, and
+reports ``S<monotonic time>`` on the started fd (the clock is shared with the server: there is no time namespace),
+so the server's timeout clock starts exactly when user code starts.
+
+``_retool_finish`` runs the program and ends the process the way interpreter shutdown would, as far as a program
+can observe it: exit status from ``SystemExit`` (an int, ``None`` = 0, anything else printed to stderr = 1), an
+uncaught exception printed through ``sys.excepthook`` (exit 1; ``KeyboardInterrupt`` dies by SIGINT), non-daemon
+threads joined, ``atexit`` handlers run, the program's globals released (unclosed files flushed, ``__del__`` run),
+stdout/stderr flushed (a failing stdout flush = 120). Then ``os._exit``: tearing down every module of a process
+that has numpy and sympy loaded costs tens of milliseconds, which would dominate short programs.
+
+Entry programs:
 
 ``BOOTSTRAP`` (fresh mode, one sandbox per run): ``python -c BOOTSTRAP CTL_FD STARTED_FD`` waits for
 ``"<as> <cpu> <nproc> <fsize> <nofile> <path>\\n"`` on CTL_FD (EOF: the server dropped this spare) and enters.
 
-``FORKSERVER`` (fork mode, one long-lived sandbox per slot): ``python -c FORKSERVER SOCKET_FD RM CHMOD IPCRM``
-(paths of the coreutils/util-linux tools it sweeps with) says ``R`` on the SOCK_SEQPACKET socket, then serves one
+``FORKSERVER`` (fork mode, one long-lived sandbox per slot): ``python -c FORKSERVER SOCKET_FD RM CHMOD IPCRM
+PREIMPORT``. It first forks its *sweep helper* (below), then imports the PREIMPORT modules (comma-separated; a
+``?`` prefix marks a module that is skipped when it is not installed), freezes the garbage collector's view of them
+and checks that it is still single-threaded (forking a multi-threaded process is unsafe), and says
+``R<imported>\\0<not installed>\\0<failures>\\0<threads>`` on the SOCK_SEQPACKET socket. Then it serves one
 request at a time. A request is ``uid\\0cwd\\0limits\\0path`` plus four fds (stdin, stdout, stderr, started). It
 forks; the child takes the fds as 0/1/2/3, closes every other fd (the control socket above all), starts a new
-session, drops to ``uid`` (-1: stay) with no groups, changes to ``cwd`` and enters. The server hears ``P<pid>``
-after the fork and ``E <exit code> <exit time> <clean>`` once the program exited and was swept: a child running as
-``uid`` SIGKILLs every process of that uid (``kill(-1)``; it reaches only the sandbox's pid namespace under bwrap,
-the whole host for the rlimit tier's dedicated uid), deletes what the uid left in /tmp, /dev/shm and /dev/mqueue
-(``chmod -R``, ``rm -rf``: any depth, no symlinks followed), and removes its System V IPC objects with ``ipcrm``.
-``clean`` is 0 when any of that failed; the server then retires the sandbox. A failed fork answers ``F<reason>``.
-The fork server itself holds only CAP_SETUID/CAP_SETGID (launched through ``setpriv``, no-new-privs); a uid change
-clears them. Imports are kept to what a fresh interpreter loads anyway plus ``socket``, because every child inherits
-them.
+session, reseeds the random generators that a fork would otherwise copy (numpy's global one, sympy's; the
+``random`` module reseeds itself), drops to ``uid`` (-1: stay) with no groups, changes to ``cwd`` and enters. The
+server hears ``P<pid>`` after the fork and ``E <exit code> <exit time> <clean>`` once the program exited and was
+swept. ``clean`` is 0 when the sweep failed; the server then retires the sandbox. A failed fork answers
+``F<reason>``. The fork server holds only CAP_SETUID/CAP_SETGID (launched through ``setpriv``, no-new-privs); a uid
+change clears them. It runs no code but its own and the preimported packages' module-level code, before any
+program, with the work dir removed from ``sys.path``; every program is a fresh fork of that untouched state.
+
+The sweep helper is forked before the preimport, so it stays a small process that is cheap to fork. Per sweep it
+reads ``<uid>\\n``, forks a child that drops to ``uid`` and runs ``_retool_sweep_here``, and answers ``1`` (clean)
+or ``0``. ``_retool_sweep_here`` (running as the uid) SIGKILLs every process of that uid (``kill(-1)``; it reaches
+only the sandbox's pid namespace under bwrap, the whole host for the rlimit tier's dedicated uid), deletes what the
+uid left in /tmp, /var/tmp, /dev/shm and /dev/mqueue (``chmod -R``, ``rm -rf``: any depth, no symlinks followed),
+and removes its System V IPC objects with ``ipcrm``.
+
+``SWEEP``: ``python -I -S -c SWEEP RM CHMOD IPCRM``, started as a uid, runs ``_retool_sweep_here`` for that uid
+(used after a session of the rlimit tier, whose uid shares the host's /tmp and IPC namespace).
+
+``SESSION`` (stateful sessions): ``python -c SESSION SOCKET_FD LIMITS WORKDIR SWEEP`` is one session's interpreter
+in its own sandbox. It sets LIMITS for its whole life, sets umask 077, makes one ``__main__`` module whose
+namespace every cell shares, ignores SIGINT between cells and says ``R``. A cell arrives as a message with four fds
+(stdin, stdout, stderr, started); stdin starts with a header ``<code bytes> <file count>\\n``, the code, and per file
+``<path bytes> <data bytes>\\n`` path data; the rest is the cell's stdin. The session writes the files into WORKDIR
+(as its own uid), reports ``S<time>``, compiles the code as ``<cell N>`` (its lines registered with ``linecache`` so
+tracebacks show them in later cells too) and runs it with SIGINT raising ``KeyboardInterrupt`` (the timeout's
+interrupt ends the cell, not the session). ``SystemExit`` ends the cell with that status, not the session. Then it
+flushes and detaches the streams, and with SWEEP=1 kills every other process of its uid (``kill(-1)`` spares the
+caller) and reaps its children, and says ``E <status> <time>``. Only the interpreter's own state survives a cell:
+variables, imports, files, the cwd.
 """
 
 from __future__ import annotations
 
-_ENTER = """\
-import os, sys
-def _retool_enter(limits, path, started):
-    import resource, time, types
+_COMMON = """\
+import os, sys, resource, time, types
+def _retool_address_space():
+    try:
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            return int(os.read(fd, 200).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return 0
+def _retool_limit(limits):
     for name, value in zip(("AS", "CPU", "NPROC", "FSIZE", "NOFILE", "CORE"), [*map(int, limits.split()), 0]):
+        if name == "AS" and value > 0:
+            value += _retool_address_space()
         if value > 0 or name == "CORE":
             resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
-    main = types.ModuleType("__main__")
-    main.__file__ = path
-    main.__builtins__ = __builtins__
-    sys.modules["__main__"] = main
-    sys.argv[:] = [path]
-    sys.path[0] = os.path.dirname(path)
+def _retool_hide_frames():
     hook = sys.excepthook
     def excepthook(kind, value, tb):
         while tb is not None and tb.tb_frame.f_code.co_filename in ("<string>", "<retool-bootstrap>"):
             tb = tb.tb_next
         hook(kind, value.with_traceback(tb), tb)
     sys.excepthook = excepthook
+def _retool_exit_status(exc):
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 31) <= code < (1 << 31) else 255
+    try:
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
+def _retool_report(exc):
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except BaseException:
+        try:
+            import traceback
+            traceback.print_exception(exc)
+        except BaseException:
+            pass
+def _retool_flush(status):
+    seen = []
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if stream is None or any(stream is other for other in seen):
+            continue
+        seen.append(stream)
+        try:
+            stream.flush()
+        except BaseException:
+            if stream is sys.stdout and status == 0:
+                status = 120
+    return status
+def _retool_enter(limits, path, started):
+    _retool_limit(limits)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv[:] = [path]
+    sys.path[0] = os.path.dirname(path)
+    _retool_hide_frames()
     os.write(started, b"S" + repr(time.monotonic()).encode())
     os.close(started)
     with open(path, "rb") as fh:
         source = fh.read()
-    return main.__dict__, compile(source, path, "exec")
+    return main.__dict__, source, path
+def _retool_finish(scope, source, path):
+    status, interrupted = 0, False
+    try:
+        exec(compile(source, path, "exec", dont_inherit=True), scope)
+    except SystemExit as exc:
+        status = _retool_exit_status(exc)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        _retool_report(exc)
+        status = 1
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    try:
+        builtins = scope.get("__builtins__")
+        scope.clear()
+        scope["__builtins__"] = builtins
+        import gc
+        gc.collect()
+    except BaseException:
+        pass
+    status = _retool_flush(status)
+    if "ctypes" in sys.modules:
+        try:
+            sys.modules["ctypes"].CDLL(None).fflush(None)
+        except BaseException:
+            pass
+    if interrupted:
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        status = 130
+    os._exit(status)
 """
 
-BOOTSTRAP = _ENTER + """\
-def _retool_wait():
-    ctl, started = int(sys.argv[1]), int(sys.argv[2])
-    header = b""
-    while not header.endswith(b"\\n"):
-        chunk = os.read(ctl, 4096)
-        if not chunk:
-            os._exit(0)
-        header += chunk
-    os.close(ctl)
-    *limits, path = header.decode().rstrip("\\n").split(" ", 5)
-    return _retool_enter(" ".join(limits), path, started)
-_retool_scope, _retool_code = _retool_wait()
-del _retool_wait, _retool_enter
-exec(_retool_code, _retool_scope)
-"""
-
-FORKSERVER = _ENTER + """\
-import socket, time
+_SWEEP = """\
 def _retool_spawn(argv):
     try:
         return os.waitstatus_to_exitcode(os.waitpid(os.posix_spawn(argv[0], argv, {}), 0)[1]) == 0
@@ -88,48 +191,135 @@ def _retool_own_ipc(uid):
         if any(int(row[column]) == uid for row in rows):
             return True
     return False
-def _retool_sweep(uid, rm, chmod, ipcrm):
-    try:
-        pid = os.fork()
-    except OSError:
-        return 0
+def _retool_sweep_here(uid, rm, chmod, ipcrm):
+    for _ in range(3):  # later passes catch forks that raced an earlier one
+        try:
+            os.kill(-1, 9)
+        except ProcessLookupError:
+            break
+    left = []
+    for top in ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                if os.lstat(top + "/" + name).st_uid == uid:
+                    left.append(top + "/" + name)
+            except OSError:
+                pass
+    if left:  # coreutils cope with any depth; chmod first undoes a program's `chmod 000`
+        dirs = [path for path in left if os.path.isdir(path) and not os.path.islink(path)]
+        if dirs:
+            _retool_spawn([chmod, "-R", "u+rwx", "--", *dirs])
+        _retool_spawn([rm, "-rf", "--one-file-system", "--", *left])
+    clean = not any(os.path.lexists(path) for path in left)
+    if _retool_own_ipc(uid):
+        clean = _retool_spawn([ipcrm, "--all"]) and clean
+    return clean
+"""
+
+BOOTSTRAP = _COMMON + """\
+def _retool_wait():
+    ctl, started = int(sys.argv[1]), int(sys.argv[2])
+    header = b""
+    while not header.endswith(b"\\n"):
+        chunk = os.read(ctl, 4096)
+        if not chunk:
+            os._exit(0)
+        header += chunk
+    os.close(ctl)
+    *limits, path = header.decode().rstrip("\\n").split(" ", 5)
+    return _retool_enter(" ".join(limits), path, started)
+_retool_finish(*_retool_wait())
+"""
+
+FORKSERVER = _COMMON + _SWEEP + """\
+import socket
+def _retool_close_except(*keep):
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
+def _retool_drop(uid):
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+def _retool_sweeper(rm, chmod, ipcrm):
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    pid = os.fork()
     if pid == 0:
         try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            for _ in range(3):  # later passes catch forks that raced an earlier one
-                try:
-                    os.kill(-1, 9)
-                except ProcessLookupError:
-                    break
-            left = []
-            for top in ("/tmp", "/dev/shm", "/dev/mqueue"):
-                try:
-                    names = os.listdir(top)
-                except OSError:
-                    continue
-                for name in names:
+            _retool_close_except(requests_r, answers_w)
+            while True:
+                line = b""
+                while not line.endswith(b"\\n"):
+                    chunk = os.read(requests_r, 1)
+                    if not chunk:
+                        os._exit(0)
+                    line += chunk
+                uid = int(line)
+                child = os.fork()
+                if child == 0:
                     try:
-                        if os.lstat(top + "/" + name).st_uid == uid:
-                            left.append(top + "/" + name)
-                    except OSError:
-                        pass
-            if left:  # coreutils cope with any depth; chmod first undoes a program's `chmod 000`
-                dirs = [path for path in left if os.path.isdir(path) and not os.path.islink(path)]
-                if dirs:
-                    _retool_spawn([chmod, "-R", "u+rwx", "--", *dirs])
-                _retool_spawn([rm, "-rf", "--one-file-system", "--", *left])
-            clean = not any(os.path.lexists(path) for path in left)
-            if _retool_own_ipc(uid):
-                clean = _retool_spawn([ipcrm, "--all"]) and clean
-            os._exit(0 if clean else 1)
+                        _retool_drop(uid)
+                        os._exit(0 if _retool_sweep_here(uid, rm, chmod, ipcrm) else 1)
+                    except BaseException:
+                        os._exit(1)
+                clean = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+                os.write(answers_w, b"1" if clean else b"0")
         except BaseException:
             os._exit(1)
-    return int(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0)
+    os.close(requests_r)
+    os.close(answers_w)
+    def sweep(uid):
+        try:
+            os.write(requests_w, b"%d\\n" % uid)
+            return int(os.read(answers_r, 1) == b"1")
+        except OSError:
+            return 0
+    return sweep
+def _retool_preimport(spec):
+    import importlib.util
+    imported, missing, failed = [], [], []
+    saved = sys.path[:]
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".", os.getcwd())]  # never the work dir
+    for item in filter(None, spec.split(",")):
+        name = item.lstrip("?")
+        try:
+            if item.startswith("?") and importlib.util.find_spec(name.split(".")[0]) is None:
+                missing.append(name)
+                continue
+            __import__(name)
+            imported.append(name)
+        except BaseException as exc:
+            failed.append((name + ": " + type(exc).__name__ + ": " + str(exc)).replace("\\0", " ")[:300])
+    sys.path[:] = saved
+    import gc
+    gc.collect()
+    gc.freeze()  # programs' garbage collections then skip (and do not copy-on-write) the preimported objects
+    threads = len(os.listdir("/proc/self/task"))
+    return "\\0".join([",".join(imported), ",".join(missing), "\\n".join(failed), str(threads)]).encode()
+def _retool_reseed():
+    module = sys.modules.get("numpy.random")
+    if module is not None:
+        try:
+            module.seed()
+        except BaseException:
+            pass
+    module = sys.modules.get("sympy.core.random")
+    for name in ("rng", "_assumptions_rng"):
+        try:
+            getattr(module, name).seed()
+        except BaseException:
+            pass
 def _retool_serve():
     ctl = socket.socket(fileno=int(sys.argv[1]))
-    ctl.send(b"R")
+    sweep = _retool_sweeper(*sys.argv[2:5])
+    ctl.send(b"R" + _retool_preimport(sys.argv[5] if len(sys.argv) > 5 else ""))
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(ctl, 65536, 4)
@@ -152,10 +342,9 @@ def _retool_serve():
                 os.dup2(fd, target)
             os.closerange(4, 1 << 16)
             os.setsid()
+            _retool_reseed()
             if uid >= 0:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
+                _retool_drop(uid)
             os.chdir(cwd)
             return limits, path
         for fd in fds:
@@ -164,7 +353,7 @@ def _retool_serve():
         status = os.waitpid(pid, 0)[1]
         ended = time.monotonic()
         if uid >= 0:
-            clean = _retool_sweep(uid, *sys.argv[2:5])
+            clean = sweep(uid)
         else:
             try:
                 os.killpg(pid, 9)
@@ -180,9 +369,136 @@ def _retool_child():
         import traceback
         traceback.print_exc()
         os._exit(70)
-_retool_scope, _retool_code = _retool_child()
-exec(_retool_code, _retool_scope)
+_retool_finish(*_retool_child())
 """
 
-BOOTSTRAP_ARG = "exec(compile(%r, '<retool-bootstrap>', 'exec'))" % BOOTSTRAP
-FORKSERVER_ARG = "exec(compile(%r, '<retool-bootstrap>', 'exec'))" % FORKSERVER
+SWEEP = "import os, sys\n" + _SWEEP + "os._exit(0 if _retool_sweep_here(os.getuid(), *sys.argv[1:4]) else 1)\n"
+
+SESSION = _COMMON + """\
+import io, linecache, signal, socket
+def _retool_read_exact(fd, size):
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the cell's input ended early")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+def _retool_read_line(fd):
+    line = b""
+    while not line.endswith(b"\\n"):
+        if len(line) > 64:
+            raise ValueError("malformed cell header")
+        line += _retool_read_exact(fd, 1)
+    return line
+def _retool_cell_input(fd):
+    code_size, count = map(int, _retool_read_line(fd).split())
+    source = _retool_read_exact(fd, code_size)
+    files = []
+    for _ in range(count):
+        path_size, data_size = map(int, _retool_read_line(fd).split())
+        path = _retool_read_exact(fd, path_size).decode("utf-8", "surrogatepass")
+        files.append((path, _retool_read_exact(fd, data_size)))
+    return source, files
+def _retool_cell(scope, number, workdir, started):
+    try:
+        source, files = _retool_cell_input(0)
+    except BaseException as exc:
+        os.write(2, ("retool-sandbox session: bad cell input: %r\\n" % (exc,)).encode())
+        os.close(started)
+        return 70
+    sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = sys.__stdout__ = io.open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = sys.__stderr__ = io.open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,
+                                          buffering=1)
+    name = "<cell %d>" % number
+    status = 0
+    os.write(started, b"S" + repr(time.monotonic()).encode())
+    os.close(started)
+    try:
+        for path, data in files:
+            target = os.path.join(workdir, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as fh:
+                fh.write(data)
+        linecache.cache[name] = (len(source), None, source.decode("utf-8", "replace").splitlines(True), name)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            exec(compile(source, name, "exec", dont_inherit=True), scope)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except SystemExit as exc:
+        status = _retool_exit_status(exc)
+    except BaseException as exc:
+        _retool_report(exc)
+        status = 1
+    return _retool_flush(status)
+def _retool_session():
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    limits, workdir, sweep = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    _retool_limit(limits)
+    os.umask(0o077)
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv[:] = [""]
+    sys.path[0] = workdir
+    import traceback
+    sys.excepthook = traceback.print_exception  # the C default does not read linecache: no cell source lines
+    _retool_hide_frames()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    scope = main.__dict__
+    # Bound once: a cell that replaces these functions breaks only its own session, which the server then ends.
+    dup2, close, kill, waitpid, recv_fds, send = os.dup2, os.close, os.kill, os.waitpid, socket.recv_fds, ctl.send
+    monotonic, WNOHANG = time.monotonic, os.WNOHANG
+    send(b"R")
+    number = 0
+    while True:
+        try:
+            message, fds, _, _ = recv_fds(ctl, 1024, 4)
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)
+        if len(fds) != 4:
+            os._exit(70)
+        number += 1
+        for target, fd in enumerate(fds[:3]):
+            dup2(fd, target)
+            close(fd)
+        status = _retool_cell(scope, number, workdir, fds[3])
+        for target in (0, 1, 2):
+            dup2(null, target)
+        if sweep:
+            for _ in range(3):
+                try:
+                    kill(-1, 9)
+                except OSError:
+                    break
+        while True:
+            try:
+                pid = waitpid(-1, 0 if sweep else WNOHANG)[0]
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        send(b"E %d %r" % (status, monotonic()))
+try:
+    _retool_session()
+except BaseException:
+    import traceback
+    traceback.print_exc()
+    os._exit(70)
+"""
+
+
+def _arg(source: str) -> str:
+    return "exec(compile(%r, '<retool-bootstrap>', 'exec'))" % source
+
+
+BOOTSTRAP_ARG = _arg(BOOTSTRAP)
+FORKSERVER_ARG = _arg(FORKSERVER)
+SESSION_ARG = _arg(SESSION)
+SWEEP_ARG = _arg(SWEEP)

@@ -15,10 +15,11 @@ Tiers, strongest first (the server picks the first whose self-test passes, see `
 ``none``
     Only resource limits and a clean environment, as the server's own user. Only on explicit request.
 
-Each tier can start a one-run sandbox (``launch``: the program drops to the sandbox uid through ``setpriv`` or
-Popen's ``user``) or a slot's fork server (``launch_forkserver``: stays uid 0 with only CAP_SETUID/CAP_SETGID, and
-forks every program of the slot, which drops to the uid itself; see ``inside``). Fork servers need a dedicated uid
-to sweep with (``can_fork_runs``), so bwrap without root always starts one sandbox per run.
+Each tier can start a one-run sandbox or a session's sandbox (``launch``: the program drops to the sandbox uid
+through ``setpriv`` or Popen's ``user``) or a slot's fork server (``launch_forkserver``: stays uid 0 with only
+CAP_SETUID/CAP_SETGID, and forks every program of the slot, which drops to the uid itself; see ``inside``). Fork
+servers need a dedicated uid to sweep with (``can_fork_runs``), so bwrap without root always starts one sandbox per
+run.
 
 Resource limits (address space, CPU seconds, processes, file size, open files, no core dumps) are applied inside
 the sandbox, as the sandbox uid, before the program runs, so the server never runs Python code between fork and
@@ -39,6 +40,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from retool.sandbox.inside import SWEEP_ARG
 
 TIERS = ("bwrap", "rlimit", "none")
 BWRAP_WORKDIR = "/workspace"
@@ -159,7 +162,7 @@ def kill_uid(uid: int, sig: str = "KILL") -> None:
     """Signal every process whose real uid is ``uid`` (``kill(-1)`` issued as that uid cannot reach anyone else)."""
     if uid < 1000 or uid == os.getuid():
         raise ValueError(f"refusing to signal uid {uid}: not a dedicated sandbox uid")
-    for _ in range(2 if sig == "KILL" else 1):  # a second SIGKILL pass catches a fork that raced the first
+    for _ in range(2 if sig in ("KILL", "STOP") else 1):  # a second pass catches a fork that raced the first
         # Exit status 1 only means "nothing left to signal"; anything on stderr means the sweep itself is broken.
         done = subprocess.run(
             [_tool("kill"), f"-{sig}", "-1"], user=uid, group=uid, extra_groups=[], env={}, close_fds=True,
@@ -213,7 +216,16 @@ class Isolation:
 
     def interrupt(self, box: int, pid: int) -> None:
         """On timeout, first SIGINT the program so Python flushes its buffered output (KeyboardInterrupt)."""
-        _killpg(pid, signal.SIGINT)
+        self.signal_all(box, pid, "INT")
+
+    def signal_all(self, box: int, pid: int, sig: str) -> None:
+        """Send ``SIG<sig>`` to every process of sandbox ``box`` started as ``pid`` (its process group here)."""
+        _killpg(pid, signal.Signals["SIG" + sig])
+
+    def sweep_leftovers(self, box: int) -> bool:
+        """After a session sandbox was killed: remove what its uid may have left outside the sandbox (processes,
+        files in the host's /tmp, /var/tmp, /dev/shm, /dev/mqueue, System V IPC). True if nothing is left."""
+        return True
 
     def kill(self, box: int, pid: int) -> None:
         """Kill the run started as ``pid`` (and whatever it started) on timeout."""
@@ -245,12 +257,21 @@ class RlimitIsolation(Isolation):
         argv = [*_forkserver_privileges(), self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir=workdir)
 
-    def interrupt(self, box: int, pid: int) -> None:
-        kill_uid(self.uid_base + box, "INT")
+    def signal_all(self, box: int, pid: int, sig: str) -> None:
+        kill_uid(self.uid_base + box, sig)
 
     def kill(self, box: int, pid: int) -> None:
         _killpg(pid)
         kill_uid(self.uid_base + box)
+
+    def sweep_leftovers(self, box: int) -> bool:
+        # The uid shares the host's /tmp, /dev/shm, /dev/mqueue and IPC namespace: sweep them as that uid.
+        done = subprocess.run(
+            [self.interpreter.executable, "-I", "-S", "-c", SWEEP_ARG, *sweep_tools()], user=self.uid(box),
+            group=self.uid(box), extra_groups=[], env={}, cwd="/", close_fds=True, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, timeout=60,
+        )
+        return done.returncode == 0
 
     def cleanup(self, box: int, pid: int) -> None:
         kill_uid(self.uid_base + box)
@@ -390,16 +411,17 @@ class BwrapIsolation(Isolation):
         argv = [*self._bwrap(workdir), *_forkserver_privileges(), self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
 
-    def interrupt(self, box: int, pid: int) -> None:
+    def signal_all(self, box: int, pid: int, sig: str) -> None:
         # The program runs in its own session inside bwrap: only its uid reaches it (root mode); without root it
         # shares the server's uid, so signal what runs below bwrap's own processes.
         uid = self.uid(box)
         if uid is not None:
-            kill_uid(uid, "INT")
+            kill_uid(uid, sig)
             return
-        for child in _programs_below(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signal.SIGINT)
+        for _ in range(2 if sig in ("KILL", "STOP") else 1):
+            for child in _programs_below(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.Signals["SIG" + sig])
 
     def kill(self, box: int, pid: int) -> None:
         # bwrap's pid-1 dies with bwrap (--die-with-parent), which tears down the whole pid namespace.

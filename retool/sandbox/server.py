@@ -1,7 +1,11 @@
 """HTTP server speaking SandboxFusion's ``/run_code`` protocol with a fixed pool of execution slots.
 
 Endpoints: ``POST /run_code`` (SandboxFusion request/response, field for field), ``GET /v1/ping`` -> "pong",
-``GET /health`` (isolation tier, slots, in-flight and queued requests, counters).
+``GET /health`` (isolation tier, slots, in-flight and queued requests, counters), and for stateful sessions
+``POST /sessions/<id>/close`` or ``DELETE /sessions/<id>`` -> ``{"closed": bool}``.
+
+Sessions (see ``sessions.py``): a ``/run_code`` body with ``"session_id": "<id>"`` (an extra field SandboxFusion
+ignores) runs as the next cell of that session; without it a request is stateless, as always.
 
 Status codes: 200 whenever the body parsed (the outcome is in ``status``); 422 for an invalid request (missing or
 mistyped field, a language other than python, a file path that escapes the work dir), with a FastAPI-style
@@ -17,6 +21,7 @@ import binascii
 import collections
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -25,8 +30,17 @@ from typing import Any
 
 from aiohttp import web
 
-from retool.sandbox.executor import Executor, RunOutcome, RunSpec, choose_isolation, cpu_seconds_for, validate_paths
+from retool.sandbox.executor import (
+    Executor,
+    RunOutcome,
+    RunSpec,
+    choose_isolation,
+    cpu_seconds_for,
+    preimport_spec,
+    validate_paths,
+)
 from retool.sandbox.isolation import UID_BLOCK, Interpreter, Limits, reserve_uids
+from retool.sandbox.sessions import SessionManager, SessionsFull
 
 log = logging.getLogger("retool.sandbox")
 
@@ -57,6 +71,14 @@ class ServerConfig:
     work_root: str | None = None
     max_request_mb: int = 64
     fresh_sandbox_per_run: bool = False  # True: a new sandbox per run instead of forking runs in a slot's sandbox
+    preimport: str | None = None  # fork mode: modules imported before forking programs; None = DEFAULT_PREIMPORT
+    max_sessions: int | None = None  # None: min(64, the uids left after the slots'); 0 = sessions disabled
+    session_idle_timeout: float = 300.0
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions may exist at once (each takes a uid of the block after the slots' two each)."""
+        return min(64, UID_BLOCK - 2 * self.slots) if self.max_sessions is None else self.max_sessions
 
     def __post_init__(self) -> None:
         checks = [
@@ -72,7 +94,14 @@ class ServerConfig:
             (self.uid_base is None or 1000 <= self.uid_base <= 2**31 - UID_BLOCK,
              "uid_base must be >= 1000 (an unprivileged uid range)"),
             (self.isolation in ("auto", "bwrap", "rlimit", "none"), "isolation must be auto, bwrap, rlimit or none"),
+            (0 <= self.sessions <= UID_BLOCK - 2 * self.slots,
+             f"max_sessions must be in 0..{UID_BLOCK} - 2 x slots (each slot takes two of the {UID_BLOCK} uids)"),
+            (self.session_idle_timeout > 0, "session_idle_timeout must be > 0"),
         ]
+        try:
+            preimport_spec(self.preimport)
+        except ValueError as exc:
+            checks.append((False, str(exc)))
         errors = [msg for ok, msg in checks if not ok]
         if errors:
             raise ValueError("invalid sandbox configuration: " + "; ".join(errors))
@@ -205,6 +234,20 @@ def parse_run_request(body: Any, cfg: ServerConfig) -> RunSpec:
     )
 
 
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:@+=-]{1,200}")
+
+
+def parse_session_id(body: Any) -> str | None:
+    """The optional ``session_id`` of a /run_code body (None or absent: a stateless run)."""
+    value = body.get("session_id") if isinstance(body, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
+        raise RequestError("session_id", "must be 1-200 characters of letters, digits and ._:@+=- (or null for a "
+                                         f"stateless run), got {str(value)[:80]!r}")
+    return value
+
+
 def run_response(outcome: RunOutcome) -> dict[str, Any]:
     """SandboxFusion's RunCodeResponse for one run."""
     run_result = {
@@ -250,10 +293,32 @@ class SandboxApp:
         self.pool = SlotPool(cfg.slots)
         self.counters = Counters()
         self.started = time.time()
+        self.sessions = SessionManager(
+            executor, first_box=2 * cfg.slots, max_sessions=cfg.sessions, idle_timeout=cfg.session_idle_timeout,
+        ) if cfg.sessions > 0 else None
         self.app = web.Application(client_max_size=cfg.max_request_mb * 1024 * 1024)
         self.app.router.add_post("/run_code", self.run_code)
         self.app.router.add_get("/v1/ping", self.ping)
         self.app.router.add_get("/health", self.health)
+        self.app.router.add_post("/sessions/{session_id}/close", self.close_session)
+        self.app.router.add_delete("/sessions/{session_id}", self.close_session)
+        self.app.on_startup.append(self._on_startup)
+        self.app.on_shutdown.append(self._on_shutdown)
+
+    async def _on_startup(self, app: web.Application) -> None:
+        if self.sessions is not None:
+            self.sessions.start()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        if self.sessions is not None:
+            await self.sessions.close_all()
+
+    async def close_session(self, request: web.Request) -> web.Response:
+        """End a session now (its processes, sandbox and files); idempotent."""
+        session_id = request.match_info["session_id"]
+        if self.sessions is None or not _SESSION_ID.fullmatch(session_id):
+            return web.json_response({"closed": False})
+        return web.json_response({"closed": self.sessions.close(session_id)})
 
     async def ping(self, request: web.Request) -> web.Response:
         return web.json_response("pong")
@@ -268,7 +333,9 @@ class SandboxApp:
             "python": iso.interpreter.executable,
             "python_version": iso.interpreter.version,
             "slots": self.pool.size,
-            "uids": None if iso.uid(0) is None else [iso.uid(0), iso.uid(2 * self.pool.size - 1)],
+            "uids": None if iso.uid(0) is None else [iso.uid(0), iso.uid(2 * self.pool.size + self.cfg.sessions - 1)],
+            "preimport": self.executor.preimported,
+            "sessions": None if self.sessions is None else self.sessions.health(),
             "in_flight": self.pool.in_use,
             "queued": self.pool.queued,
             "limits": {
@@ -297,8 +364,13 @@ class SandboxApp:
             return self._reject("body", f"invalid JSON: {exc}")
         try:
             spec = parse_run_request(body, self.cfg)
+            session_id = parse_session_id(body)
+            if session_id is not None and self.sessions is None:
+                raise RequestError("session_id", "sessions are disabled on this server (--max-sessions 0)")
         except RequestError as exc:
             return self._reject(exc.loc, exc.msg)
+        if session_id is not None:
+            return await self._run_session(session_id, spec)
         slot = await self.pool.acquire(self.cfg.queue_timeout)
         if slot is None:
             self.counters.queue_timeouts += 1
@@ -314,6 +386,24 @@ class SandboxApp:
         payload = run_response(outcome)
         self._count(payload, outcome)
         log.debug("slot %d: %s/%s in %s s", slot, payload["status"], outcome.status, outcome.execution_time)
+        return web.json_response(payload)
+
+    async def _run_session(self, session_id: str, spec: RunSpec) -> web.Response:
+        try:
+            outcome = await self.sessions.run(session_id, spec, self.cfg.queue_timeout, self.pool)
+        except SessionsFull as exc:
+            self.counters.queue_timeouts += 1
+            return web.json_response({"status": "SandboxError", "message": str(exc)}, status=504)
+        except Exception as exc:  # a server-side failure must answer SandboxError, not a 500 page
+            log.exception("session %r failed", session_id)
+            outcome = RunOutcome("Error", None, None, "", "", error=f"sandbox failure: {exc!r}")
+        if outcome is None:
+            self.counters.queue_timeouts += 1
+            msg = (f"session {session_id!r}: no slot (or an earlier call of this session still running) within the "
+                   f"{self.cfg.queue_timeout:g} s queue timeout; retry")
+            return web.json_response({"status": "SandboxError", "message": msg}, status=504)
+        payload = run_response(outcome)
+        self._count(payload, outcome)
         return web.json_response(payload)
 
     def _count(self, payload: dict[str, Any], outcome: RunOutcome) -> None:
@@ -333,7 +423,7 @@ async def serve(cfg: ServerConfig) -> None:
     uid_base, uid_lock = reserve_uids(cfg.uid_base)
     executor, notes = await choose_isolation(
         cfg.isolation, interpreter, ceiling=cfg.ceiling(), uid_base=uid_base, work_root=cfg.work_root,
-        max_output_bytes=cfg.max_output_bytes, fresh=cfg.fresh_sandbox_per_run,
+        max_output_bytes=cfg.max_output_bytes, fresh=cfg.fresh_sandbox_per_run, preimport=preimport_spec(cfg.preimport),
     )
     try:
         await _listen(cfg, executor, interpreter, notes)
@@ -347,6 +437,8 @@ async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interprete
     executor.prestart(cfg.slots)
     for note in notes:
         log.warning("isolation tier skipped: %s", note)
+    if cfg.preimport not in (None, "", "none") and executor.mode != "fork":
+        log.warning("--preimport applies to fork mode only; this server runs in %s mode", executor.mode)
     if executor.isolation.name == "none":
         log.warning("isolation 'none': user code runs as this server's user with its filesystem and network")
     runner = web.AppRunner(SandboxApp(cfg, executor).app, access_log=None, shutdown_timeout=5.0)
@@ -357,7 +449,8 @@ async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interprete
         port = runner.addresses[0][1]
         print(
             f"retool-sandbox ready at {_url(cfg.host, port)} (isolation: {executor.isolation.name}, "
-            f"mode: {executor.mode}, slots: {cfg.slots}, python: {interpreter.executable} {interpreter.version})",
+            f"mode: {executor.mode}, slots: {cfg.slots}, python: {interpreter.executable} {interpreter.version}, "
+            f"preimport: {','.join(executor.preimported) or 'none'}, sessions: {cfg.sessions})",
             flush=True,
         )
         stop = asyncio.Event()

@@ -10,6 +10,13 @@ Layout written under ``--out DIR``::
     data/rl_val_aime2025.parquet                     via retool.data.rl.prepare from the vendored AIME 2025 file
     manifest.json               inputs, row counts, model summary, token-length stats
 
+Prompts: every converter runs with prompt style ``recipe`` by default (``SMOKE_PROMPT_STYLE``), so SFT rows, RL
+rows and the AIME validation rows all hold the question, a blank line, then "Please reason step by step, ...": the
+tiny model meets in RL the prompt shape it was fine-tuned on. The real run's default, ``reference``, gives SFT
+prompts ("<question> ... Remember to place the final answer ...") and RL prompts ("Solve the following math
+problem ... The answer format must be: ...") of different shapes, which a 4B model bridges but a 20M-parameter model
+trained for minutes does not (it answers without the tool in RL). ``--prompt-style reference`` builds that variant.
+
 Idempotent: the model and the data are two steps; a step is skipped when its outputs exist and the manifest
 records the same options (row counts, seed, shapes, input paths), and redone otherwise. Use ``--force`` after
 editing an input file or a converter: file contents are not tracked.
@@ -28,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from retool.data.prompt import PROMPT_STYLES
+from retool.datasets import dataset_path
 from retool.smoke import task
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -36,6 +45,8 @@ RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/
 DATA_FILES = ("data/sft_train.parquet", "data/sft_val.parquet", "data/rl_train.parquet",
               "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
 MANIFEST = "manifest.json"
+# One prompt shape for SFT, RL and validation (module docstring).
+SMOKE_PROMPT_STYLE = "recipe"
 
 
 def repo_root() -> Path:
@@ -44,9 +55,9 @@ def repo_root() -> Path:
 
 
 def default_aime2025() -> Path:
-    """$RETOOL_AIME2025, else ../shared/data/aime2025/test.jsonl next to the repository."""
+    """$RETOOL_AIME2025, else the AIME 2025 file shipped in the package (retool/datasets)."""
     env = os.environ.get("RETOOL_AIME2025")
-    return Path(env) if env else repo_root() / ".." / "shared" / "data" / "aime2025" / "test.jsonl"
+    return Path(env) if env else dataset_path("aime2025")
 
 
 def default_tool_config() -> Path:
@@ -68,6 +79,7 @@ class BuildOptions:
     aime2025: Path | None = None  # None: default_aime2025()
     aime_rows: int | None = None  # None: all rows
     tool_config: Path | None = None  # None: default_tool_config()
+    prompt_style: str = SMOKE_PROMPT_STYLE  # retool.data.prompt style of every converted row
     layers: int = 4
     hidden: int = 128
     force: bool = False
@@ -80,6 +92,7 @@ class BuildOptions:
             "sft_rows": self.sft_rows, "sft_val_rows": self.sft_val_rows, "rl_rows": self.rl_rows,
             "rl_val_rows": self.rl_val_rows, "seed": self.seed, "aime2025": str(self.resolved_aime()),
             "aime_rows": self.aime_rows, "tool_config": str(self.resolved_tool_config()),
+            "prompt_style": self.prompt_style,
         }
 
     def resolved_aime(self) -> Path:
@@ -187,16 +200,17 @@ def _convert(out: Path, opts: BuildOptions) -> dict[str, Any]:
         for dst, src in (("data/sft_train.parquet", "raw/retool_sft/train.parquet"),
                          ("data/sft_val.parquet", "raw/retool_sft/val.parquet")):
             summaries[dst] = _jsonable(preprocess(out / src, _tmp_path(out / dst), opts.resolved_tool_config(),
-                                                  on_error="skip"))
+                                                  on_error="skip", prompt_style=opts.prompt_style))
             _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
         for dst, src in (("data/rl_train.parquet", "raw/dapo_math/train.parquet"),
                          ("data/rl_val_synthetic.parquet", "raw/dapo_math/val.parquet")):
-            summaries[dst] = _jsonable(prepare(out / src, _tmp_path(out / dst), source="dapo"))
+            summaries[dst] = _jsonable(prepare(out / src, _tmp_path(out / dst), source="dapo",
+                                               prompt_style=opts.prompt_style))
             _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
             _set_data_source(_tmp_path(out / dst), task.DATA_SOURCE)
         dst = "data/rl_val_aime2025.parquet"
         summaries[dst] = _jsonable(prepare(opts.resolved_aime(), _tmp_path(out / dst), source="aime2025",
-                                           limit=opts.aime_rows))
+                                           limit=opts.aime_rows, prompt_style=opts.prompt_style))
         for dst in DATA_FILES:  # publish only after every conversion succeeded
             os.replace(_tmp_path(out / dst), out / dst)
     finally:
@@ -324,18 +338,22 @@ def parse_args(argv: list[str] | None = None) -> BuildOptions:
     p.add_argument("--rl-val-rows", type=int, default=BuildOptions.rl_val_rows, help="synthetic RL validation problems")
     p.add_argument("--seed", type=int, default=BuildOptions.seed, help="seed of the model weights and the data")
     p.add_argument("--aime2025", type=Path, default=None,
-                   help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or <repo>/../shared/data/aime2025/test.jsonl)")
+                   help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)")
     p.add_argument("--aime-rows", type=int, default=None, help="keep only the first K AIME rows (default: all)")
     p.add_argument("--tool-config", type=Path, default=None,
                    help="tool config with the code_interpreter schema (default: $RETOOL_TOOL_CONFIG or "
                         "<repo>/configs/tool.yaml)")
+    p.add_argument("--prompt-style", choices=PROMPT_STYLES, default=BuildOptions.prompt_style,
+                   help="prompt wording of every converted row (default: %(default)s, one shape for SFT and RL; "
+                        "see the module docstring)")
     p.add_argument("--layers", type=int, default=BuildOptions.layers, help="decoder layers of the tiny model")
     p.add_argument("--hidden", type=int, default=BuildOptions.hidden, help="hidden size of the tiny model")
     p.add_argument("--force", action="store_true", help="rebuild everything even if up to date")
     a = p.parse_args(argv)
     return BuildOptions(out=a.out, sft_rows=a.sft_rows, sft_val_rows=a.sft_val_rows, rl_rows=a.rl_rows,
                         rl_val_rows=a.rl_val_rows, seed=a.seed, aime2025=a.aime2025, aime_rows=a.aime_rows,
-                        tool_config=a.tool_config, layers=a.layers, hidden=a.hidden, force=a.force)
+                        tool_config=a.tool_config, prompt_style=a.prompt_style, layers=a.layers, hidden=a.hidden,
+                        force=a.force)
 
 
 def main(argv: list[str] | None = None) -> int:

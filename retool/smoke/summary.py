@@ -2,8 +2,8 @@
 
     python -m retool.smoke.summary --run-dir runs/smoke-...
 
-Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, tensorboard/{sft,dapo},
-sandbox_health.json) and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
+Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, logs/host.json, the resolved
+configs, tensorboard/{sft,dapo}, sandbox_health.json) and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
 on, so a missing input is reported in the summary (and fails the test), never papered over.
 """
 
@@ -83,6 +83,40 @@ def _first_last(points: list[tuple[int, float]]) -> dict[str, float] | None:
             "min": min(v for _, v in points), "max": max(v for _, v in points)}
 
 
+def _compute(run_dir: Path) -> dict[str, Any]:
+    """The host (CPU model, flags that decide the dtype), the dtype rule's choice, and the dtypes the configs ran."""
+    import yaml
+
+    host_path = run_dir / "logs" / "host.json"
+    compute: dict[str, Any] = json.loads(host_path.read_text()) if host_path.is_file() else {}
+    for stage, keys in (("sft", ("engine", "mixed_precision", "param_dtype")),
+                        ("dapo", ("actor_rollout_ref", "actor", "fsdp_config", "mixed_precision", "param_dtype")),
+                        ("rollout", ("actor_rollout_ref", "rollout", "dtype"))):
+        path = run_dir / f"{'dapo' if stage == 'rollout' else stage}.resolved.yaml"
+        node: Any = yaml.safe_load(path.read_text()) if path.is_file() else None
+        for key in keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        compute[f"{stage}_dtype"] = node
+    return compute
+
+
+def _learning(run_dir: Path) -> dict[str, Any]:
+    """First vs last validation on the held-out synthetic set (retool.learning), or why it cannot be said."""
+    import yaml
+
+    from retool.learning import LearningDataError, report
+
+    resolved = run_dir / "dapo.resolved.yaml"
+    val_files = (yaml.safe_load(resolved.read_text()) or {}).get("data", {}).get("val_files", []) \
+        if resolved.is_file() else []
+    synthetic = next((Path(f) for f in ([val_files] if isinstance(val_files, str) else val_files)
+                      if Path(f).name == "rl_val_synthetic.parquet"), None)
+    try:
+        return report(run_dir / "validation", run_dir / "rollouts", synthetic)
+    except LearningDataError as exc:
+        return {"error": str(exc)}
+
+
 def summarise(run_dir: Path) -> dict[str, Any]:
     stages = _stage_times(run_dir)
     memory = _memory_samples(run_dir)
@@ -107,9 +141,11 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "stages": stage_rows,
         "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
         "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,
+        "compute": _compute(run_dir),
         "sft": {"loss": _first_last(sft.get(SFT_LOSS, []))},
         "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
         "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
+        "learning": _learning(run_dir),
         "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
         "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
         "rl_tags": sorted(rl),
@@ -137,7 +173,12 @@ def render_markdown(s: dict[str, Any]) -> str:
              "|---|---|---|"]
     for name, row in s["stages"].items():
         lines.append(f"| {name} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
+    compute = s.get("compute") or {}
     lines += [f"| total | {s['total_wall_s']} | {_fmt(s['peak_host_mem_gb'])} |", "",
+              f"Host: {compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores, flags "
+              f"{', '.join(compute.get('flags', [])) or 'unknown'}. Compute dtype `{compute.get('dtype')}` "
+              f"({compute.get('dtype_reason')}); ran SFT `{compute.get('sft_dtype')}`, RL actor "
+              f"`{compute.get('dapo_dtype')}`, vLLM `{compute.get('rollout_dtype')}`.", "",
               "| signal | first | last | min | max | points |", "|---|---|---|---|---|---|"]
     rows = {"SFT train/loss": s["sft"]["loss"]}
     rows.update({f"RL {RL_TAGS[k]}": v for k, v in s["rl"].items()})
@@ -147,6 +188,11 @@ def render_markdown(s: dict[str, Any]) -> str:
         else:
             lines.append(f"| {label} | {_fmt(stats['first'])} | {_fmt(stats['last'])} | {_fmt(stats['min'])} | "
                          f"{_fmt(stats['max'])} | {stats['steps']} |")
+    learning = s.get("learning") or {}
+    lines += ["", "Learning signal, held-out synthetic problems, first vs last validation (paired by prompt; "
+              "`rose`/`fell` only when the 95% interval excludes 0):", ""]
+    lines += [f"- {sentence}" for sentence in learning.get("sentences", [])] or \
+        [f"- not available: {learning.get('error', 'no validation dumps')}"]
     lines += ["", "Validation (step: value):", ""]
     for tag, points in s["validation"].items():
         if _headline_validation_tag(tag):
@@ -157,10 +203,36 @@ def render_markdown(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_performance(s: dict[str, Any], label: str, date: str) -> str:
+    """A docs/performance.md section: the host, the dtype it got, and each stage's wall time and memory."""
+    compute = s.get("compute") or {}
+    limits = compute.get("isa_limits") or {}
+    emulated = f" with {', '.join(f'{k}={v}' for k, v in limits.items())}" if limits else ""
+    sft_steps = (s["sft"]["loss"] or {}).get("steps")
+    sft_wall = (s["stages"].get("sft") or {}).get("wall_s")
+    lines = [f"### CPU smoke run: {label}", "",
+             f"Measured {date} by `./run_smoke_cpu.sh` on {compute.get('cpu_model', 'unknown CPU')}, "
+             f"{compute.get('cores', '?')} cores{emulated}; CPU flags that decide the dtype: "
+             f"{', '.join(compute.get('flags', [])) or 'none of them'}. Compute dtype `{compute.get('dtype')}` "
+             f"({compute.get('dtype_reason')}).", "",
+             "| stage | wall time (s) | peak host memory in use (GB) |", "|---|---|---|"]
+    for name, row in s["stages"].items():
+        extra = f" ({sft_steps} steps, {sft_wall / sft_steps:.2f} s/step)" if name == "sft" and sft_steps else ""
+        extra = f" ({s['rl_steps']} steps + 2 validations)" if name == "rl" else extra
+        lines.append(f"| {name}{extra} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
+    lines += [f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Summarise a smoke run folder (writes summary.json, summary.md)")
     parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--performance", type=Path, default=None,
+                        help="also write this run's timings as a section of this file (docs/performance.md)")
+    parser.add_argument("--label", default=None, help="the section's name, e.g. 'AVX2-only host' (with --performance)")
     args = parser.parse_args(argv)
+    if args.performance is not None and not args.label:
+        parser.error("--performance needs --label")
     if not args.run_dir.is_dir():
         print(f"error: run folder {args.run_dir} does not exist", file=sys.stderr)
         return 1
@@ -169,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     markdown = render_markdown(summary)
     (args.run_dir / "summary.md").write_text(markdown)
     print(markdown)
+    if args.performance is not None:
+        import datetime
+
+        from retool.markdown_sections import replace_section
+
+        slug = "".join(c if c.isalnum() else "-" for c in args.label.lower()).strip("-")
+        replace_section(args.performance, f"smoke-{slug}",
+                        render_performance(summary, args.label, datetime.date.today().isoformat()))
     return 0
 
 

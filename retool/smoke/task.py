@@ -8,10 +8,13 @@ the two layouts the real recipe reads, so the smoke run exercises the real conve
   ``*user question:*`` marker, the question, the boxed-answer reminder with its doubled braces) and ONE assistant
   string interleaving text, ``<code>`` blocks, ``<interpreter>`` output and a final ``<answer>`` block.
   About half of the traces answer without the tool, so a policy trained on them calls the tool only some of the
-  time and RL has a tool-use rate to raise (docs: VERL_NOTES "Learning signal at tiny scale").
+  time and RL has a tool-use rate to raise.
 - RL rows in the BytedTsinghua-SIA/DAPO-Math-17k layout (data_source "math_dapo", the DAPO prompt prefix/suffix,
   string ground truth, UUID index). The RL converter names the curve from its source; callers that want the
   ``synthetic_arith`` curve rename ``data_source`` after conversion (see retool.smoke.build).
+
+The question text is the same in both layouts, so converting both with prompt style ``recipe`` (what
+retool.smoke.build does) gives SFT and RL prompts of one shape: question, blank line, boxed-answer instruction.
 
 Everything is a pure function of the seed.
 """

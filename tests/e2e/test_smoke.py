@@ -7,9 +7,6 @@ validation curves must be in TensorBoard under verl's tag names; the run folder 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,19 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    # E2E_RUN_DIR keeps the folder for inspection (CI prints its summary either way).
-    run_dir = Path(os.environ.get("E2E_RUN_DIR") or tmp_path_factory.mktemp("smoke") / "run")
-    env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
-    env.pop("DRY_RUN", None)
-    proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=40 * 60)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    (run_dir / "logs" / "smoke.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    if proc.returncode != 0:
-        pytest.fail(f"run_smoke_cpu.sh exited {proc.returncode}; tail of its output:\n{proc.stdout[-4000:]}\n"
-                    f"{proc.stderr[-4000:]}")
-    return run_dir
+def run_dir(smoke_run_dir) -> Path:
+    return smoke_run_dir
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +63,29 @@ def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
     # validation before training and after the last step
     assert all(len(scalars[t]) >= 2 for t in val_acc)
     assert read_text_tags(run_dir / "tensorboard" / "dapo"), "validation generations (TEXT tab) missing"
+
+
+def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir, summary):
+    compute = summary["compute"]
+    # the dtype rule's choice is what every stage ran with (bf16 only where the CPU has it natively)
+    assert compute["dtype"] in ("bfloat16", "float32") and compute["dtype_reason"]
+    assert compute["sft_dtype"] == compute["dapo_dtype"] == compute["rollout_dtype"] == compute["dtype"]
+    native = {"avx512_bf16", "amx_bf16", "bf16"} & set(compute["flags"])
+    assert (compute["dtype"] == "bfloat16") == bool(native) or compute["dtype_reason"] == "set by RETOOL_CPU_DTYPE"
+    changes = summary["learning"]["changes"]
+    assert set(changes) >= {"used_tool", "score", "acc"}, summary["learning"]
+    for change in changes.values():
+        assert change["low"] <= change["delta"] <= change["high"] and change["prompts"] == 32
+    markdown = (run_dir / "summary.md").read_text()
+    assert "Compute dtype" in markdown and "95% CI" in markdown
+
+
+def test_tool_outcomes_reach_tensorboard(run_dir):
+    scalars = read_scalars(run_dir / "tensorboard" / "dapo")
+    for key in ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated"):
+        tag = f"val-aux/synthetic_arith/{key}/mean@2"
+        assert tag in scalars, f"{tag} missing"
+    assert max(v for _, v in scalars["val-aux/synthetic_arith/tool_calls/mean@2"]) > 0
 
 
 def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):

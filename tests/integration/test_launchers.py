@@ -14,6 +14,7 @@ import yaml
 pytestmark = pytest.mark.verl
 
 REPO = Path(__file__).resolve().parents[2]
+SANDBOX = "http://10.0.0.5:8080/run_code"
 
 
 def dry_run(launcher: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
@@ -36,7 +37,8 @@ def sft_npu() -> dict:
 @pytest.fixture(scope="module")
 def dapo_npu() -> dict:
     return resolved("run_qwen3_4b_dapo_npu.sh", "trainer.total_training_steps=130", NNODES="2",
-                    MODEL_PATH="/ckpt/sft-merged", DATA_DIR="/data/rt", SANDBOX_URL="http://10.0.0.5:8080/run_code")
+                    MODEL_PATH="/ckpt/sft-merged", DATA_DIR="/data/rt", RETOOL_SANDBOX_URL=SANDBOX,
+                    TENSORBOARD_DIR="/shared/tb/dapo")
 
 
 def test_sft_npu_carries_the_reference_hyperparameters(sft_npu):
@@ -100,6 +102,47 @@ def test_dapo_launcher_passes_extra_overrides_paths_and_nodes(dapo_npu):
     assert dapo_npu["trainer"]["nnodes"] == 2
     assert dapo_npu["actor_rollout_ref"]["model"]["path"] == "/ckpt/sft-merged"
     assert dapo_npu["data"]["val_files"] == "/data/rt/aime_2025.parquet"
+
+
+def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_env(dapo_npu):
+    # Workers of a `ray start` cluster have the raylet's environment; tests/integration/test_ray_runtime_env.py
+    # shows a real worker reading these values from the runtime env.
+    env_vars = dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/dapo", "RETOOL_SANDBOX_URL": SANDBOX}
+
+
+def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
+    cfg = resolved("run_qwen3_4b_dapo_npu.sh", RETOOL_SANDBOX_URL="")
+    env_vars = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env_vars["RETOOL_SANDBOX_URL"] == "http://127.0.0.1:8080/run_code"
+    proc = dry_run("run_qwen3_4b_dapo_npu.sh", SANDBOX_URL=SANDBOX)
+    assert proc.returncode == 2 and "SANDBOX_URL is not read; set RETOOL_SANDBOX_URL" in proc.stderr
+
+
+def test_one_default_sft_model_path_for_config_launcher_and_docs():
+    config = yaml.safe_load((REPO / "configs" / "dapo.yaml").read_text())
+    assert config["actor_rollout_ref"]["model"]["path"] == "checkpoints/sft/merged"
+    cfg = resolved("run_qwen3_4b_dapo_npu.sh", MODEL_PATH="")
+    assert cfg["actor_rollout_ref"]["model"]["path"] == str(REPO / "checkpoints" / "sft" / "merged")
+    assert "--target_dir checkpoints/sft/merged" in (REPO / "README.md").read_text()
+
+
+def test_a_relative_run_dir_becomes_absolute_before_it_reaches_verl():
+    cfg = resolved("run_qwen3_4b_dapo_npu.sh", RUN_DIR="runs/relative-check", TENSORBOARD_DIR="")
+    assert cfg["trainer"]["default_local_dir"] == str(REPO / "runs" / "relative-check" / "checkpoints" / "dapo")
+    env_vars = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env_vars["TENSORBOARD_DIR"] == str(REPO / "runs" / "relative-check" / "tensorboard" / "dapo")
+
+
+def test_multi_node_sft_needs_one_shared_run_dir(tmp_path):
+    (tmp_path / "retool_sft.parquet").write_bytes(b"")
+    env = {**os.environ, "DATA_DIR": str(tmp_path), "PYTHON": sys.executable, "NNODES": "2", "NODE_RANK": "1"}
+    for key in ("DRY_RUN", "RUN_DIR"):
+        env.pop(key, None)
+    proc = subprocess.run([str(REPO / "run_qwen3_4b_sft_npu.sh")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "needs RUN_DIR set to one shared folder" in proc.stderr
 
 
 def test_cuda_launchers_select_the_cuda_profile():

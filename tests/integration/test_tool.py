@@ -9,7 +9,6 @@ against it. The loader test reads configs/tool.yaml through verl's own tool regi
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import socket
 import sys
@@ -17,20 +16,23 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
 
-pytestmark = pytest.mark.verl  # retool.tool subclasses verl's BaseTool
-pytest.importorskip("verl")
-
-from retool.tool import (  # noqa: E402
+from retool.sandbox.testing import running_sandbox
+from retool.tool import (
+    NO_STDOUT,
     TOOL_SCHEMA,
     CodeInterpreterTool,
     SandboxSettings,
     extract_code,
     format_run_response,
     prepare_code,
+    reference_extract_code,
+    reference_prepare_code,
+    reference_reply,
     truncate_middle,
 )
 
@@ -394,7 +396,8 @@ async def test_other_http_errors_are_not_retried(server):
 async def test_outages_become_readable_messages(server, mode, phrase):
     url, _ = server
     started = time.monotonic()
-    text, metrics = await call(make_tool(f"{url}/{mode}/run_code", default_timeout=1, http_timeout_margin_s=0.5), "1")
+    tool = make_tool(f"{url}/{mode}/run_code", default_timeout=1, queue_timeout_s=0, http_timeout_margin_s=0.5)
+    text, metrics = await call(tool, "1")
     assert phrase in text and "No result for this call" in text
     assert metrics["sandbox_error"] == 1 and time.monotonic() - started < 5
 
@@ -429,6 +432,18 @@ async def test_bad_arguments_are_answered_without_a_request(server, parameters):
     assert metrics["status"] == "bad_input" and seen.payloads == []
 
 
+async def test_each_call_is_counted_into_its_trajectory_for_the_reward(server):
+    url, _ = server
+    tool = make_tool(url, max_output_chars=200)
+    agent_data = SimpleNamespace(extra_fields={"max_global_steps": 3})  # what ToolAgentLoop hands the tool
+    for code in ("print(1)", "raise SystemExit(3)", "print('x' * 5000)"):
+        await tool.execute("id", {"code": code}, agent_data=agent_data)
+    await tool.execute("id", {"cmd": "print(1)"}, agent_data=agent_data)
+    await make_tool(url + "/sandboxerror/run_code").execute("id", {"code": "1"}, agent_data=agent_data)
+    assert agent_data.extra_fields == {"max_global_steps": 3, "tool_calls": 5, "tool_ok": 2, "tool_error": 2,
+                                       "tool_truncated": 1, "tool_unavailable": 1}
+
+
 async def test_an_internal_bug_does_not_raise(server, monkeypatch):
     url, _ = server
     tool = make_tool(url)
@@ -442,16 +457,8 @@ async def test_an_internal_bug_does_not_raise(server, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- the embedded sandbox
-def _embedded_sandbox():
-    testing = pytest.importorskip("retool.sandbox.testing")
-    if importlib.util.find_spec("retool.sandbox.__main__") is None:
-        pytest.skip("the embedded sandbox server (python -m retool.sandbox) is not there yet")
-    return testing.running_sandbox
-
-
 @pytest.fixture(scope="module")
 def embedded_url():
-    running_sandbox = _embedded_sandbox()
     with running_sandbox() as url:
         yield url
 
@@ -476,6 +483,234 @@ async def test_embedded_sandbox_keeps_unflushed_output_on_timeout(embedded_url):
     assert text.startswith("tick")
 
 
+async def test_queued_calls_get_a_deadline_that_covers_the_queue():
+    # 1 slot, 4 programs of 2.5 s at once: the last one waits ~7.5 s for the slot, then runs 2.5 s.
+    code = "import time\ntime.sleep(2.5)\nprint('done')"
+    with running_sandbox(slots=1, default_timeout=3, max_timeout=5, queue_timeout=30) as url:
+        tool = make_tool(url, default_timeout=3, http_timeout_margin_s=1, max_retries=0)  # queue_timeout_s: 30
+        assert tool.settings.http_deadline() == 34
+        results = await asyncio.gather(*(call(tool, code) for _ in range(4)))
+        assert [(text, m["status"]) for text, m in results] == [("done", "ok")] * 4
+        # control: a deadline of run timeout + margin alone (no queue allowance) gives up on the queued calls
+        short = make_tool(url, default_timeout=3, http_timeout_margin_s=1, max_retries=0, queue_timeout_s=0)
+        results = await asyncio.gather(*(call(short, code) for _ in range(4)))
+        assert sum(m["status"] == "unavailable" for _, m in results) >= 2
+
+
 def test_schema_is_json_compatible():
     assert json.loads(json.dumps(TOOL_SCHEMA)) == TOOL_SCHEMA
     assert TOOL_SCHEMA["function"]["parameters"]["required"] == ["code"]
+
+
+# ---------------------------------------------------------------------------------------------- behaviour: reference
+# `behaviour: reference` reproduces the reference run's tool (verl recipe/retool/retool.py CustomSandboxFusionTool
+# over verl's SandboxFusionTool.execute_code) on purpose, faults included: several expectations below are broken
+# code or lost output, and that is what the reference did. HTTP handling stays the recipe's.
+REFERENCE_SCHEMA = {  # verl recipe/retool/sandbox_fusion_tool_config.yaml
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to execute."}},
+            "required": ["code"],
+        },
+    },
+}
+
+
+def reference_tool(url: str, **overrides) -> CodeInterpreterTool:
+    return make_tool(url, behaviour="reference", **overrides)
+
+
+def test_reference_takes_the_first_python_block_only():
+    text = "First:\n```python\nx = 2\nprint(x)\n```\nthen\n```python\nprint('second')\n```"
+    assert reference_extract_code(text) == "x = 2\nprint(x)"  # stripped; the second block is dropped
+    # only the literal ```python opens a block; otherwise the whole argument is the code, fences and all
+    assert reference_extract_code("```py\nprint(1)\n```") == "```py\nprint(1)\n```"
+    assert reference_extract_code("```\nprint(1)\n```") == "```\nprint(1)\n```"
+    assert reference_extract_code("```python\nprint(1)") == "```python\nprint(1)"  # unclosed: no block
+    assert reference_extract_code("```python3\nprint(1)\n```") == "3\nprint(1)"  # the tag's "3" becomes code
+    assert reference_extract_code("  x = 1\n") == "  x = 1\n"  # no block: not even stripped
+    assert reference_extract_code('print("```python")\nx = 1') == 'print("```python")\nx = 1'  # no closing after it
+
+
+@pytest.mark.parametrize(
+    ("code", "sent"),
+    [
+        ("x = 6 * 7\nx", "x = 6 * 7\nprint(x)"),
+        ("x = 6 * 7\nx\n\n", "x = 6 * 7\nprint(x)\n\n"),  # empty lines at the end are skipped
+        ("'abc'.upper()", "print('abc'.upper())"),  # str, not repr as in the recipe
+        ("print(1)\nprint(2)", "print(1)\nprint(2)"),  # already a print: left alone
+        ("x = 3\nprint(x) if x else None", "x = 3\nprint(x) if x else None"),  # starts with "print": left alone
+        ("printed = 5", "printed = 5"),  # starts with "print" too: left alone, prints nothing
+        # the rest is valid code the reference broke, reproduced as it did it:
+        ("x = 5", "print(x = 5)"),  # TypeError at run time
+        ("total = sum(\n    range(10)\n)", "total = sum(\n    range(10)\nprint())"),  # SyntaxError
+        ("for i in range(3):\n    print(i)", "for i in range(3):\nprint(    print(i))"),  # IndentationError
+        ("import math", "print(import math)"),  # SyntaxError
+        ("x = 1\n# done", "x = 1\nprint(# done)"),  # SyntaxError (unclosed parenthesis)
+        ("x = 1\n   ", "x = 1\nprint(   )"),  # a line of spaces is not empty: prints an empty line
+        ("", ""),
+    ],
+)
+def test_reference_wraps_the_last_line_in_print(code, sent):
+    assert reference_prepare_code(code) == sent
+    assert reference_prepare_code(f"Run this:\n```python\n{code}\n```\n") == reference_prepare_code(code.strip())
+
+
+def test_reference_reply_is_stdout_plus_stderr_only_when_finished():
+    def body(status, run_status, stdout="out\n", stderr="err\n", return_code=0):
+        run = {"status": run_status, "return_code": return_code, "stdout": stdout, "stderr": stderr}
+        return {"status": status, "message": "", "run_result": run}
+
+    assert reference_reply(body("Success", "Finished")) == "out\nerr\n"
+    assert reference_reply(body("Failed", "Finished", return_code=1)) == "out\nerr\n"  # exit code not shown
+    assert reference_reply(body("Success", "Finished", stdout="", stderr="")) == ""
+    assert reference_reply(body("Success", "Finished", stdout=None, stderr="e")) == "e"
+    assert reference_reply(body("Failed", "TimeLimitExceeded")) == NO_STDOUT  # partial output lost
+    assert reference_reply(body("Failed", "Error")) == NO_STDOUT
+    for broken in (None, "<html>", {"status": "SandboxError", "run_result": None}, {"hello": "world"}):
+        assert reference_reply(broken) == NO_STDOUT
+
+
+def test_settings_validate_behaviour():
+    base = {"sandbox_fusion_url": "http://127.0.0.1:1/run_code"}
+    assert SandboxSettings.from_config(base).behaviour == "recipe"
+    assert SandboxSettings.from_config({**base, "behaviour": "reference"}).behaviour == "reference"
+    for bad in ("Reference", "ref", "", None, 1, ["reference"]):
+        with pytest.raises(ValueError, match=r"behaviour must be one of \['recipe', 'reference'\]"):
+            SandboxSettings.from_config({**base, "behaviour": bad})
+
+
+async def test_reference_loader_with_reference_schema_matches_the_sft_schema(server, tmp_path):
+    import yaml
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    from retool.data.sft import load_tool_schema
+
+    url, _ = server
+    assert SandboxSettings.from_config(
+        yaml.safe_load((REPO / "configs" / "tool.yaml").read_text())["tools"][0]["config"] | {"sandbox_fusion_url": url}
+    ).behaviour == "recipe"  # the repository's default
+    config = yaml.safe_load((REPO / "configs" / "tool.yaml").read_text())
+    entry = config["tools"][0]
+    entry["config"].update(behaviour="reference", sandbox_fusion_url=url)
+    entry["tool_schema"] = REFERENCE_SCHEMA
+    path = tmp_path / "tool_reference.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    (tool,) = initialize_tools_from_config(str(path))
+    assert tool.settings.behaviour == "reference"
+    shown = tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True)
+    assert shown == REFERENCE_SCHEMA == load_tool_schema(path)  # RL and SFT data show the same schema
+    text, metrics = await call(tool, "6 * 7")
+    assert text == "42\n" and metrics["status"] == "ok"
+
+
+async def test_reference_sends_first_block_with_last_line_printed(server):
+    url, seen = server
+    code = "```python\nx = 6 * 7\nx\n```\nand also\n```python\nprint('never sent')\n```"
+    text, metrics = await call(reference_tool(url), code)
+    assert seen.payloads[-1]["code"] == "x = 6 * 7\nprint(x)"
+    assert text == "42\n" and metrics["status"] == "ok"  # raw stdout, trailing newline kept
+    text, _ = await call(reference_tool(url), "```python\nx = 3\nprint(x * 2)\n```")  # already a print
+    assert seen.payloads[-1]["code"] == "x = 3\nprint(x * 2)" and text == "6\n"
+    text, _ = await call(reference_tool(url), "'abc'.upper()")
+    assert text == "ABC\n"  # print, not repr
+
+
+async def test_reference_breaks_a_multi_line_last_statement_as_it_did(server):
+    # valid code; the reference turned its closing ")" into "print())", a SyntaxError, and so does this mode
+    url, seen = server
+    text, metrics = await call(reference_tool(url), "total = sum(\n    range(10)\n)")
+    assert seen.payloads[-1]["code"] == "total = sum(\n    range(10)\nprint())"
+    assert "SyntaxError" in text and "[stderr]" not in text and "[exit code" not in text
+    assert metrics["status"] == "error_exit"
+    text, _ = await call(reference_tool(url), "x = 5")  # an assignment: print(x = 5)
+    assert text.endswith("TypeError: 'x' is an invalid keyword argument for print()\n")
+
+
+async def test_reference_nonzero_exit_is_stdout_then_stderr_unlabelled(server):
+    url, _ = server
+    agent_data = SimpleNamespace(extra_fields={})
+    tool = reference_tool(url)
+    response, _, metrics = await tool.execute("id", {"code": "print('before')\n1 / 0"}, agent_data=agent_data)
+    text = response.text
+    assert text.startswith("before\nTraceback (most recent call last):\n")
+    assert text.endswith("ZeroDivisionError: division by zero\n") and "[exit code" not in text
+    assert metrics["status"] == "error_exit" and agent_data.extra_fields["tool_error"] == 1
+
+
+async def test_reference_timeouts_and_sandbox_errors_say_no_stdout_here(server):
+    url, _ = server
+    text, metrics = await call(reference_tool(url + "/tle/run_code"), "print(1)")
+    assert text == NO_STDOUT and metrics["timed_out"] == 1  # the partial "step 1\nstep 2\n" is lost
+    started = time.monotonic()
+    text, metrics = await call(reference_tool(url, default_timeout=1), "import time\nprint('started')\ntime.sleep(30)")
+    assert text == NO_STDOUT and metrics["status"] == "timeout" and time.monotonic() - started < 10
+    text, metrics = await call(reference_tool(url + "/sandboxerror/run_code"), "1")
+    assert text == NO_STDOUT and metrics["status"] == "sandbox_error"
+
+
+@pytest.mark.parametrize("mode", ["error500", "garbage", "badshape", "always504", "refused"])
+async def test_reference_unusable_replies_say_no_stdout_here_without_raising(server, mode):
+    url, seen = server
+    if mode == "refused":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            target = f"http://127.0.0.1:{sock.getsockname()[1]}/run_code"
+    else:
+        target = f"{url}/{mode}/run_code"
+    text, metrics = await call(reference_tool(target), "print(1)")
+    assert text == NO_STDOUT and metrics["status"] == "unavailable"
+    if mode == "always504":  # the recipe's retries still apply
+        assert metrics["retries"] == 2 and seen.hits["always504"] == 3
+
+
+async def test_reference_keeps_the_recipe_http_handling(server):
+    url, seen = server
+    seen.fail_first = 2
+    text, metrics = await call(reference_tool(url + "/flaky/run_code"), "6 * 7")
+    assert text == "42\n" and metrics["retries"] == 2
+    tool = reference_tool(url + "/slow/run_code", max_concurrency=2)
+    results = await asyncio.gather(*(call(tool, "print(1)") for _ in range(4)))
+    assert [text for text, _ in results] == ["ok\n"] * 4 and seen.max_in_flight == 2
+
+
+async def test_reference_does_not_cut_verl_does(server):
+    url, _ = server
+    text, metrics = await call(reference_tool(url, max_output_chars=200), "print('x' * 5000)")
+    assert text == "x" * 5000 + "\n" and metrics["truncated_chars"] == 0  # max_output_chars is not used
+
+
+async def test_reference_argument_checks(server):
+    url, seen = server
+    tool = reference_tool(url)
+    text, _ = await call(tool, "   ")  # a blank string is run as the reference ran it: print(   )
+    assert seen.payloads[-1]["code"] == "print(   )" and text == "\n"
+    for parameters in ({}, {"code": 5}):  # the reference raised here; the recipe's message is kept
+        response, _, metrics = await tool.execute("id", parameters)
+        assert response.text.startswith("Error: code_interpreter needs") and metrics["status"] == "bad_input"
+
+
+async def test_reference_internal_bug_says_no_stdout_here(server, monkeypatch):
+    tool = reference_tool(server[0])
+
+    async def broken(code):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(tool, "run_code", broken)
+    response, _, metrics = await tool.execute("id", {"code": "1"})
+    assert response.text == NO_STDOUT and metrics["status"] == "unavailable"
+
+
+async def test_embedded_sandbox_reference_behaviour(embedded_url):
+    tool = make_tool(embedded_url, behaviour="reference")
+    text, _ = await call(tool, "```python\nimport math\nmath.comb(10, 3)\n```\n```python\nprint('no')\n```")
+    assert text == "120\n"
+    text, metrics = await call(tool, "import json\nprint('a')\njson.loads('{')")
+    assert text.startswith("a\nTraceback") and "JSONDecodeError" in text and metrics["status"] == "error_exit"
+    code = "import time\nprint('tick', flush=True)\ntime.sleep(20)"
+    text, metrics = await call(make_tool(embedded_url, behaviour="reference", default_timeout=1), code)
+    assert text == NO_STDOUT and metrics["timed_out"] == 1  # the embedded sandbox kept "tick"; the reference drops it

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import descendants, get, processes_with, run, unprivileged_python
+from sandbox_helpers import descendants, get, parent_pid, processes_with, run, unprivileged_python
 
 from retool.sandbox.testing import running_sandbox
 
@@ -39,6 +39,17 @@ def _litter(marker: str, tier: str) -> str:
     code = f"""
 import ctypes, os, subprocess, sys
 os.retool_leak = "{marker}"
+{_RANDOM}
+print("random", _draws())
+try:
+    import numpy, sympy
+except ImportError:
+    pass
+else:
+    numpy.retool_leak = sympy.retool_leak = sympy.core.retool_leak = "{marker}"
+    numpy.random.seed(12345)
+    sympy.core.random.seed(12345)
+sys.modules["retool_leak_module"] = os
 open("/tmp/{marker}-file", "w").write("x")
 os.makedirs("/tmp/{marker}-dir/a/b")
 open("/tmp/{marker}-dir/a/b/f", "w").write("x")
@@ -55,9 +66,30 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {marker}
     return code
 
 
+# What a run draws from the generators a fork would otherwise copy: `random` (reseeds itself after a fork),
+# numpy's global one and sympy's (reseeded by the fork server's child).
+_RANDOM = """
+def _draws():
+    import random
+    out = [random.random()]
+    try:
+        import numpy.random, sympy.core.random
+    except ImportError:
+        return out
+    return out + [float(numpy.random.random()), sympy.core.random.rng.random()]
+"""
+
+
 def _look(marker: str) -> str:
     return f"""
-import json, os
+import json, os, sys
+{_RANDOM}
+try:
+    import numpy, sympy
+    modules = [getattr(numpy, "retool_leak", None), getattr(sympy, "retool_leak", None),
+               getattr(sympy.core, "retool_leak", None)]
+except ImportError:
+    modules = None
 me = os.getuid()
 def owned(pid):  # a live process of this uid (a killed one may stay a zombie until its reaper gets to it)
     try:
@@ -72,6 +104,9 @@ for kind in ("shm", "sem", "msg"):
 places = ("/tmp", "/dev/shm", "/dev/mqueue")
 print(json.dumps({{
     "leak": getattr(os, "retool_leak", None),
+    "module_leaks": modules,
+    "leak_module": "retool_leak_module" in sys.modules,
+    "random": _draws(),
     "processes": [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and owned(p)],
     "files": [d + "/" + n for d in places if os.path.isdir(d) for n in os.listdir(d) if "{marker}" in n],
     "ipc": ipc,
@@ -88,18 +123,24 @@ def test_nothing_reaches_the_next_run(one_slot):
     assert body["status"] == "Success", body
     assert set(body["run_result"]["stdout"].split()) >= {"shm", "True"}
     assert "False" not in body["run_result"]["stdout"], body["run_result"]["stdout"]
+    first_draws = json.loads(body["run_result"]["stdout"].split("random ", 1)[1].splitlines()[0])
     assert processes_with(marker) == []  # the detached sleeper is gone before the next request is even sent
     body = run(url, _look(marker))
     assert body["status"] == "Success", body
     seen = json.loads(body["run_result"]["stdout"])
-    assert seen == {"leak": None, "processes": [], "files": [], "ipc": [], "workdir": ["main.py"]}
+    draws = seen.pop("random")
+    modules = seen.pop("module_leaks")
+    assert seen == {"leak": None, "leak_module": False, "processes": [], "files": [], "ipc": [], "workdir": ["main.py"]}
+    assert modules in (None, [None, None, None])  # None: this tier's interpreter has no numpy/sympy
+    # Every run draws fresh random numbers, as a fresh interpreter would (not the fork server's copied state).
+    assert len(draws) == len(first_draws) and all(a != b for a, b in zip(draws, first_draws)), (draws, first_draws)
     assert not list(Path("/tmp").glob(f"{marker}*"))  # for rlimit that is the host's own /tmp
     # Swept, not replaced: the same sandbox served both runs.
     assert get(url + "/health")["sandboxes"] == before
 
 
-def _fork_servers_of(server_pid: int) -> list[int]:
-    """Fork server processes descending from ``server_pid`` (never touch anybody else's)."""
+def _fork_server_processes(server_pid: int) -> list[int]:
+    """Fork servers and their sweep helpers descending from ``server_pid`` (never touch anybody else's)."""
     mine = set(descendants(server_pid))
     found = []
     for pid in processes_with("_retool_serve"):
@@ -113,10 +154,22 @@ def _fork_servers_of(server_pid: int) -> list[int]:
     return found
 
 
-def test_a_lost_fork_server_is_replaced(one_slot):
+def _fork_servers_of(server_pid: int) -> list[int]:
+    """The fork servers (a sweep helper is a child of its fork server, with the same command line)."""
+    found = _fork_server_processes(server_pid)
+    return [pid for pid in found if parent_pid(pid) not in found]
+
+
+def _sweep_helpers_of(server_pid: int) -> list[int]:
+    found = _fork_server_processes(server_pid)
+    return [pid for pid in found if parent_pid(pid) in found]
+
+
+@pytest.mark.parametrize("victim", ["fork server", "sweep helper"])
+def test_a_lost_fork_server_is_replaced(one_slot, victim):
     tier, url = one_slot
     health = get(url + "/health")
-    (fork_server,) = _fork_servers_of(health["pid"])
+    (fork_server,) = (_fork_servers_of if victim == "fork server" else _sweep_helpers_of)(health["pid"])
     os.kill(fork_server, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/{fork_server}") and time.monotonic() < deadline:
@@ -126,4 +179,26 @@ def test_a_lost_fork_server_is_replaced(one_slot):
     after = get(url + "/health")
     assert after["sandboxes"]["retired"] == health["sandboxes"]["retired"] + 1
     assert after["sandboxes"]["started"] == health["sandboxes"]["started"] + 1
-    assert len(_fork_servers_of(health["pid"])) == 1
+    assert run(url, "print('again')")["run_result"]["stdout"] == "again\n"  # the replacement is ready now
+    assert len(_fork_servers_of(health["pid"])) == 1 and len(_sweep_helpers_of(health["pid"])) == 1
+
+
+def test_preimported_modules_are_reported_and_used(one_slot):
+    tier, url = one_slot
+    preimported = get(url + "/health")["preimport"]
+    if tier == "bwrap":  # the server's own venv has them all
+        assert preimported == ["numpy", "scipy", "sympy", "mpmath"]
+    # A program finds them imported already (no file of theirs is opened again), and fresh random state.
+    body = run(url, "import sys\nprint(all(m in sys.modules for m in %r))" % (preimported,))
+    assert body["run_result"]["stdout"] == "True\n"
+
+
+def test_preimport_can_be_turned_off_and_a_broken_one_stops_the_server():
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("fork mode needs root and bubblewrap")
+    with running_sandbox(slots=1, preimport="none") as url:
+        assert get(url + "/health")["preimport"] == []
+        assert run(url, "import sys\nprint('numpy' in sys.modules)")["run_result"]["stdout"] == "False\n"
+    with pytest.raises(RuntimeError, match="could not preimport retool_no_such_module: ModuleNotFoundError"):
+        with running_sandbox(slots=1, isolation="bwrap", preimport="retool_no_such_module"):
+            pass

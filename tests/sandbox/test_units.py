@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import sys
 from pathlib import Path
 
@@ -121,3 +122,88 @@ def test_runtime_requirements_match_the_pyproject_extra():
     lines = (root / "requirements-runtime.txt").read_text().splitlines()
     listed = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     assert sorted(listed) == sorted(extra)
+
+
+def test_default_preimport_is_the_runtime_requirements():
+    from retool.sandbox.executor import DEFAULT_PREIMPORT, preimport_spec
+
+    root = Path(__file__).resolve().parents[2]
+    lines = (root / "requirements-runtime.txt").read_text().splitlines()
+    names = [re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0] for line in lines
+             if line.strip() and not line.startswith("#")]
+    assert sorted(DEFAULT_PREIMPORT) == sorted(names)
+    assert preimport_spec(None) == ",".join("?" + name for name in DEFAULT_PREIMPORT)  # each only if installed
+    assert preimport_spec("numpy, sympy") == "numpy,sympy" and preimport_spec("none") == preimport_spec("") == ""
+    with pytest.raises(ValueError, match="not a module name"):
+        preimport_spec("numpy;rm -rf /")
+
+
+# Things that would tie the sandbox to one CPU architecture. The sandbox must run unchanged on aarch64 (Kunpeng)
+# as on x86_64: it has no seccomp filter and no raw syscalls, and bwrap, setpriv, kill, rm, chmod and ipcrm are
+# the distribution's own builds. Should any of these ever be needed, the file must cover aarch64 as well.
+_ARCH_SPECIFIC = re.compile(
+    r"x86|amd64|i[3-6]86|AUDIT_ARCH|__NR_|\bSYS_|seccomp|syscall\(|platform\.machine|ld-linux|/lib64/ld", re.I
+)
+
+
+def test_no_architecture_specific_code_in_the_sandbox():
+    package = Path(__file__).resolve().parents[2] / "retool" / "sandbox"
+    offenders = {}
+    for path in sorted(package.glob("*.py")):
+        hits = sorted(set(_ARCH_SPECIFIC.findall(path.read_text())))
+        if hits and "aarch64" not in path.read_text():
+            offenders[path.name] = hits
+    assert offenders == {}, f"architecture-specific code without an aarch64 counterpart: {offenders}"
+
+
+def test_the_pattern_would_catch_an_x86_only_table():
+    sample = "FILTER_ARCH = AUDIT_ARCH_X86_64  # seccomp\nNR_PTRACE = 101  # __NR_ptrace\nlibc.syscall(101)\n"
+    assert set(_ARCH_SPECIFIC.findall(sample)) == {"AUDIT_ARCH", "X86", "seccomp", "__NR_", "syscall("}
+
+
+def test_server_config_sessions_share_the_uid_block():
+    assert ServerConfig(slots=2).sessions == 64
+    assert ServerConfig(slots=100).sessions == 56  # 256 uids - 2 x 100
+    assert ServerConfig(slots=128).sessions == 0
+    with pytest.raises(ValueError, match="max_sessions must be in 0..256 - 2 x slots"):
+        ServerConfig(slots=100, max_sessions=57)
+    with pytest.raises(ValueError, match="not a module name"):
+        ServerConfig(preimport="numpy,../x")
+
+
+def test_session_ids_are_plain_tokens():
+    from retool.sandbox.server import parse_session_id
+
+    assert parse_session_id({}) is None and parse_session_id({"session_id": None}) is None
+    assert parse_session_id({"session_id": "3f2a-9b:trajectory.1"}) == "3f2a-9b:trajectory.1"
+    for bad in ("", "a/b", "a b", "x" * 201, 7, ["a"]):
+        with pytest.raises(RequestError) as err:
+            parse_session_id({"session_id": bad})
+        assert err.value.loc == "session_id"
+
+
+def test_a_session_cell_carries_code_and_files_in_its_stdin():
+    from retool.sandbox.runs import SessionCell
+
+    payload = SessionCell.stdin_payload(None, "print('é')", {"d/a.txt": b"xy", "b": b""}, b"in")
+    assert payload == b"11 2\nprint('\xc3\xa9')7 2\nd/a.txt" + b"xy" + b"1 0\nb" + b"in"
+
+
+def test_fork_server_ready_report_is_checked():
+    from retool.sandbox.runs import ForkServer
+
+    def check(preimport: str, report: str) -> ForkServer:
+        server = object.__new__(ForkServer)  # only the report parsing, no sandbox
+        server.preimport, server.start_error = preimport, ""
+        server.imported, server.missing, server.warnings = [], [], []
+        server.ok = server._check_preimport(report)
+        return server
+
+    fine = check("?numpy,?scipy,?sympy", "numpy,sympy\0scipy\0\0" + "1")
+    assert fine.ok and fine.imported == ["numpy", "sympy"] and fine.missing == ["scipy"] and not fine.warnings
+    optional_broken = check("?numpy,?sympy", "sympy\0\0numpy: ImportError: boom\0" + "1")
+    assert optional_broken.ok and optional_broken.warnings == ["numpy: ImportError: boom"]
+    required_broken = check("numpy", "\0\0numpy: ImportError: boom\0" + "1")
+    assert not required_broken.ok and "could not preimport numpy: ImportError: boom" in required_broken.start_error
+    threaded = check("numpy", "numpy\0\0\0" + "3")
+    assert not threaded.ok and "runs 3 threads" in threaded.start_error and "unsafe" in threaded.start_error

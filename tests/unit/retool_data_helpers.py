@@ -1,5 +1,6 @@
-"""Shared by the data / tokenizer / template tests: raw rows in the exact ReTool-SFT and DAPO layouts
-(docs DATA_FORMATS.md), a verl-format tool YAML, and one Qwen tokenizer built per test process."""
+"""Shared by the data / tokenizer / template tests: raw rows in the exact ReTool-SFT and DAPO layouts, a
+verl-format tool YAML, and one Qwen tokenizer built per test process, with the recipe's chat template or with the
+real Qwen3-4B-Instruct-2507 one (tests/fixtures/README.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-AIME_DIR = Path("/work/shared/data")
+# The chat template Qwen3-4B-Instruct-2507 ships, byte for byte (source and licence: tests/fixtures/README.md).
+QWEN3_2507_CHAT_TEMPLATE = REPO / "tests" / "fixtures" / "qwen3_4b_instruct_2507_chat_template.jinja"
+AIME_DIR = REPO / "retool" / "datasets"  # the shipped AIME files (retool/datasets/README.md)
 
 # The raw user turn: an instruction template (it mentions the tags and the doubled braces itself), the marker, the
 # question, then the trailing format line with the doubled braces that really are in the data.
@@ -132,3 +135,14 @@ def qwen_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+
+
+@functools.cache
+def qwen_tokenizer_real_template():
+    """The same tokenizer with the real Qwen3-4B-Instruct-2507 chat template instead of the recipe's (a separate
+    instance: qwen_tokenizer() stays as it is)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+    tokenizer.chat_template = QWEN3_2507_CHAT_TEMPLATE.read_text(encoding="utf-8")
+    return tokenizer

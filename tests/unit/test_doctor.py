@@ -95,6 +95,23 @@ def test_all_good_config_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "[WARN] sandbox url:" in out
 
 
+def test_doctor_checks_the_url_the_ray_workers_will_use(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The launcher puts RETOOL_SANDBOX_URL into the Ray job's runtime env; this shell may say something else.
+    monkeypatch.setenv("RETOOL_SANDBOX_URL", f"http://127.0.0.1:{free_port()}/run_code")
+    cfg = resolved_rl_config(tmp_path, tiny_model_dir(tmp_path / "model"), rl_parquet(tmp_path / "train.parquet"),
+                             rl_parquet(tmp_path / "val.parquet"))
+    with running_sandbox() as url:
+        cfg["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": url + "/run_code"}}}}
+        path = tmp_path / "dapo.resolved.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        code = main(["--config", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"-> {url}/run_code" in out and f"[ OK ] sandbox: {url} runs code" in out
+    assert "[WARN] sandbox url:" not in out
+
+
 # ---------------------------------------------------------------- single checks
 
 

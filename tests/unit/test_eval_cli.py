@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 from pathlib import Path
 
@@ -12,16 +13,15 @@ import pytest
 import yaml
 
 from retool.data import rl
+from retool.datasets import dataset_path
 from retool.eval import (EvalError, build_metrics, cli_overrides, compose_config, load_problems, main, parse_args,
                          run_code_url, write_tool_config)
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
-AIME25 = SHARED / "aime2025" / "test.jsonl"
-AIME24 = SHARED / "aime2024" / "aime_2024_problems.parquet"
+AIME25 = dataset_path("aime2025")
+AIME24 = dataset_path("aime2024-maxwell")
 
 
-@pytest.mark.skipif(not AIME25.is_file(), reason="vendored AIME files not found next to the repository")
 def test_load_aime_layouts_and_rl_parquet(tmp_path: Path) -> None:
     problems = load_problems([AIME25, AIME24], limit=2)
     assert [p.problem_id for p in problems[:2]] == ["aime_2025/0", "aime_2025/1"]
@@ -35,6 +35,35 @@ def test_load_aime_layouts_and_rl_parquet(tmp_path: Path) -> None:
     again = load_problems([prepared])
     assert [(p.problem_id, p.prompt, p.ground_truth) for p in again] == \
         [(p.problem_id, p.prompt, p.ground_truth) for p in problems[:2]]
+
+
+def test_raw_files_get_the_chosen_prompt_style(tmp_path: Path) -> None:
+    from retool.data.prompt import ANSWER_INSTRUCTION, REFERENCE_ANSWER_FORMAT
+
+    problem = json.loads(AIME25.read_text().splitlines()[0])["problem"]
+    reference = load_problems([AIME25], limit=1)[0].prompt[0]["content"]  # the default
+    recipe = load_problems([AIME25], limit=1, prompt_style="recipe")[0].prompt[0]["content"]
+    assert reference == problem + REFERENCE_ANSWER_FORMAT
+    assert recipe == f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
+    with pytest.raises(ValueError, match="prompt style"):
+        load_problems([AIME25], prompt_style="other")
+    args = parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"])
+    assert args.prompt_style == "reference"
+    assert parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o",
+                       "--prompt-style", "recipe"]).prompt_style == "recipe"
+
+
+def test_prepared_dapo_in_the_reference_style_is_used_as_is(tmp_path: Path) -> None:
+    """Its prompts start with DAPO's instruction like raw DAPO rows do; its agent_name column tells them apart."""
+    from retool_data_helpers import dapo_row
+
+    raw = rl_rows(tmp_path / "dapo-math-17k.parquet", [dapo_row("What is 6*7?", "42", "u-1")])
+    prepared = tmp_path / "dapo_prepared.parquet"
+    rl.prepare(raw, prepared, source="dapo")
+    from_raw, from_prepared = load_problems([raw]), load_problems([prepared])
+    assert [(p.problem_id, p.prompt) for p in from_prepared] == [(p.problem_id, p.prompt) for p in from_raw]
+    assert from_raw[0].prompt[0]["content"].endswith(
+        "\nThe answer format must be: \\boxed{'The final answer goes here.'}")
 
 
 def rl_rows(path: Path, rows: list[dict]) -> Path:

@@ -15,9 +15,8 @@ import pytest
 
 from retool.report import REFERENCE_RESULTS, ReportError, build_report, load_reference, main
 
-pytest.importorskip("matplotlib")
-from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
-from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 # Curves shaped like the smoke run (small mean@N) plus the training scalars the report plots.
 CURVES: dict[str, list[tuple[int, float]]] = {

@@ -9,11 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from retool_data_helpers import AIME_DIR, DAPO_PREFIX, dapo_row
+from retool_data_helpers import AIME_DIR, DAPO_PREFIX, DAPO_SUFFIX, dapo_row
 
 from retool.data.io import ConversionError, DataSourceError
 from retool.data.prompt import ANSWER_INSTRUCTION
 from retool.data.rl import RL_SCHEMA, aime_answer, convert_row, main, prepare
+
+# The reference run's answer-format line, written out (appended after a newline to every RL and validation prompt).
+REFERENCE_LINE = "The answer format must be: \\boxed{'The final answer goes here.'}"
 
 AIME_FILES = [
     ("aime2025/test.jsonl", "aime_2025"),
@@ -30,20 +33,27 @@ def raw_aime(relative: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.parametrize("style", ["reference", "recipe"])
 @pytest.mark.parametrize(("relative", "data_source"), AIME_FILES)
-def test_real_aime_files_become_tool_agent_rows(tmp_path, relative, data_source):
+def test_real_aime_files_become_tool_agent_rows(tmp_path, relative, data_source, style):
     out = tmp_path / "rl.parquet"
-    summary = prepare(AIME_DIR / relative, out)  # source auto-detected
-    assert summary["data_source"] == data_source
+    summary = prepare(AIME_DIR / relative, out, prompt_style=style)  # source auto-detected
+    assert summary["data_source"] == data_source and summary["prompt_style"] == style
     assert (summary["rows_read"], summary["written"], summary["skipped"]) == (30, 30, 0)
     table = pq.read_table(out)
     assert table.schema.equals(RL_SCHEMA)
     rows, raws = table.to_pylist(), raw_aime(relative)
     for row, raw in zip(rows, raws, strict=True):
-        problem = (raw.get("problem") or raw.get("Problem")).strip()
+        problem = raw.get("problem") or raw.get("Problem")
         truth = str(int(raw.get("answer", raw.get("Answer"))))  # "025" -> "25"
         assert row["data_source"] == data_source and row["ability"] == "MATH" and row["agent_name"] == "tool_agent"
-        assert row["prompt"] == [{"role": "user", "content": f"{problem}\n\n{ANSWER_INSTRUCTION}"}]
+        # reference: the problem exactly as in the file, then a newline and the answer-format line
+        if style == "reference":
+            expected = f"{problem}\n{REFERENCE_LINE}"
+        else:
+            expected = f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
+        assert row["prompt"] == [{"role": "user", "content": expected}]
+        assert row["extra_info"]["question"] == problem.strip()
         assert row["reward_model"] == {"style": "rule", "ground_truth": truth}
         assert row["extra_info"]["index"] == str(raw.get("id", raw.get("ID")))
         assert row["extra_info"]["need_tools_kwargs"] is True
@@ -108,13 +118,28 @@ def dapo_rows(repeats: int = 100) -> list[dict]:
     return rows
 
 
-def test_dapo_prompt_swaps_the_answer_instruction_for_the_boxed_one():
-    row = convert_row(dapo_row(*PROBLEMS[0]), "dapo")
+def test_dapo_reference_prompt_keeps_the_dapo_text_and_appends_the_answer_format():
+    row = convert_row(dapo_row(*PROBLEMS[0]), "dapo")  # the default style
+    content = row["prompt"][0]["content"]
+    assert content == f"{DAPO_PREFIX}{PROBLEMS[0][0]}{DAPO_SUFFIX}\n{REFERENCE_LINE}"
+    assert row["data_source"] == "math_dapo" and row["reward_model"]["ground_truth"] == "-3"
+    assert row["extra_info"]["index"] == PROBLEMS[0][2] and row["extra_info"]["question"] == PROBLEMS[0][0]
+    # a row without DAPO's instruction keeps what it has, and is noted
+    notes: list[str] = []
+    bare = {**dapo_row(*PROBLEMS[2]), "prompt": [{"content": PROBLEMS[2][0], "role": "user"}]}
+    assert convert_row(bare, "dapo", notes)["prompt"][0]["content"] == f"{PROBLEMS[2][0]}\n{REFERENCE_LINE}"
+    assert notes == ["dapo_instruction_missing"]
+
+
+def test_dapo_recipe_prompt_swaps_the_answer_instruction_for_the_boxed_one():
+    row = convert_row(dapo_row(*PROBLEMS[0]), "dapo", prompt_style="recipe")
     content = row["prompt"][0]["content"]
     assert content == f"{PROBLEMS[0][0]}\n\n{ANSWER_INSTRUCTION}"
     assert "Answer:" not in content and DAPO_PREFIX.strip() not in content
     assert row["data_source"] == "math_dapo" and row["reward_model"]["ground_truth"] == "-3"
     assert row["extra_info"]["index"] == PROBLEMS[0][2]
+    with pytest.raises(ValueError, match="prompt style must be one of"):
+        convert_row(dapo_row(*PROBLEMS[0]), "dapo", prompt_style="Recipe")
 
 
 def test_dapo_dedupe_by_index_and_problem_text(tmp_path):
@@ -205,3 +230,16 @@ def test_cli_on_real_aime_2025(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--input", "x", "--output", str(out), "--limit", "0"])
+
+
+def test_cli_prompt_style(tmp_path, capsys):
+    source = AIME_DIR / "aime2025/test.jsonl"
+    first = raw_aime("aime2025/test.jsonl")[0]["problem"]
+    for style, expected in (("reference", f"{first}\n{REFERENCE_LINE}"),
+                            ("recipe", f"{first.strip()}\n\n{ANSWER_INSTRUCTION}")):
+        out = tmp_path / f"{style}.parquet"
+        assert main(["--input", str(source), "--output", str(out), "--limit", "1", "--prompt-style", style]) == 0
+        assert f"prompt style {style}" in capsys.readouterr().out
+        assert pq.read_table(out).to_pylist()[0]["prompt"][0]["content"] == expected
+    with pytest.raises(SystemExit):
+        main(["--input", str(source), "--output", str(tmp_path / "x.parquet"), "--prompt-style", "mine"])

@@ -25,9 +25,16 @@ from retool_data_helpers import (
 
 from retool.data.io import ConversionError, DataSourceError
 from retool.data.prompt import ANSWER_INSTRUCTION
-from retool.data.sft import ToolConfigError, convert_row, load_tool_schema, main, preprocess
+from retool.data.sft import ToolConfigError, convert_row, load_tool_schema, main, preprocess, user_turn
 
 QUESTION = "Find the sum of all positive divisors of 36."
+# The reference's user turn for raw_user(QUESTION), written out: what follows the marker with the <answer> tags
+# removed and the ends stripped. The format line keeps its space before the newline and its doubled braces.
+REFERENCE_FORMAT_LINE = (
+    "Remember to place the final answer in the last part using the format: \n\n"
+    "\\boxed{{'The final answer goes here.'}}"
+)
+REFERENCE_USER = f"{QUESTION}\n\n{REFERENCE_FORMAT_LINE}"
 
 
 def call(snippet: str) -> list[dict]:
@@ -52,7 +59,7 @@ def raw_parquet(path: Path, rows: list[dict]) -> Path:
 def test_two_tool_calls_become_assistant_tool_turns():
     messages = convert_row(two_call_row())
     assert messages == [
-        {"role": "user", "content": f"{QUESTION}\n\n{ANSWER_INSTRUCTION}"},
+        {"role": "user", "content": REFERENCE_USER},
         {
             "role": "assistant",
             "content": "I will list the divisors with code.",
@@ -65,12 +72,32 @@ def test_two_tool_calls_become_assistant_tool_turns():
     ]
 
 
-def test_user_turn_keeps_only_the_question_and_the_boxed_instruction():
-    user = convert_row(two_call_row())[0]["content"]
+def test_reference_user_turn_keeps_the_question_and_the_format_line_without_tags():
+    user = convert_row(two_call_row())[0]["content"]  # the default style
+    assert user == REFERENCE_USER
+    for leftover in ("*user question:*", "<answer>", "</answer>", "<code>", "Work through"):
+        assert leftover not in user
+    # Only the tags go: text around them, inner whitespace and anything after the format line are kept.
+    raw = "Template <answer>x</answer>\n*user question:*\n  Q <answer>1</answer> end. \n\nTail\n<answer>\n"
+    assert user_turn(raw, "reference") == "Q 1 end. \n\nTail"
+
+
+def test_recipe_user_turn_keeps_only_the_question_and_the_boxed_instruction():
+    user = convert_row(two_call_row(), prompt_style="recipe")[0]["content"]
+    assert user == f"{QUESTION}\n\n{ANSWER_INSTRUCTION}"
     # The raw template, its tags and the doubled braces of the format line are gone.
     for leftover in ("*user question:*", "{{", "<answer>", "<code>", "Remember to place"):
         assert leftover not in user
-    assert user.startswith(QUESTION) and user.endswith(ANSWER_INSTRUCTION)
+    # Only the user turn depends on the style.
+    assert convert_row(two_call_row(), prompt_style="recipe")[1:] == convert_row(two_call_row())[1:]
+
+
+def test_unknown_prompt_style_is_rejected(tmp_path, tool_yaml):
+    with pytest.raises(ValueError, match="prompt style must be one of"):
+        convert_row(two_call_row(), prompt_style="mine")
+    with pytest.raises(ValueError, match="prompt style must be one of"):
+        preprocess(raw_parquet(tmp_path / "raw.parquet", [two_call_row()]), tmp_path / "o.parquet", tool_yaml,
+                   prompt_style="mine")
 
 
 def test_zero_tool_calls_is_a_plain_answer():
@@ -216,6 +243,7 @@ def mixed_rows() -> list[dict]:
 def test_preprocess_writes_messages_and_tools_and_reports_rows(tmp_path, tool_yaml):
     source = raw_parquet(tmp_path / "train_2000.parquet", mixed_rows())
     summary = preprocess(source, tmp_path / "out" / "sft.parquet", tool_yaml)
+    assert summary["prompt_style"] == "reference"
     assert (summary["rows_read"], summary["converted"], summary["skipped"]) == (4, 2, 2)
     assert [(s["row"], s["kind"]) for s in summary["skipped_rows"]] == [(1, "no_question"), (3, "unclosed_tag")]
     assert summary["skip_reasons"] == {"no_question": 1, "unclosed_tag": 1}
@@ -283,6 +311,18 @@ def test_cli_summary_report_and_errors(tmp_path, tool_yaml, capsys):
     assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
                  "--on-error", "fail"]) == 1
     assert "row 1" in capsys.readouterr().err
+
+
+def test_cli_prompt_style(tmp_path, tool_yaml, capsys):
+    source = raw_parquet(tmp_path / "raw.parquet", [two_call_row()])
+    for style, expected in (("reference", REFERENCE_USER), ("recipe", f"{QUESTION}\n\n{ANSWER_INSTRUCTION}")):
+        out = tmp_path / f"{style}.parquet"
+        assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
+                     "--prompt-style", style]) == 0
+        assert f"prompt style {style}" in capsys.readouterr().out
+        assert pq.read_table(out).to_pylist()[0]["messages"][0]["content"] == expected
+    with pytest.raises(SystemExit):
+        main(["--input", str(source), "--output", str(tmp_path / "x.parquet"), "--prompt-style", "other"])
 
 
 def test_top_level_script_turns_an_unreachable_hub_into_advice(tmp_path, tool_yaml):

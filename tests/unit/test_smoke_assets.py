@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from retool.data.prompt import ANSWER_INSTRUCTION
 from retool.smoke import build, task
 
-# The layouts as DATA_FORMATS.md states them, written out here independently of retool.smoke.task.
+# The raw layouts of ReTool-SFT and DAPO-Math-17k, written out here independently of retool.smoke.task.
 RETOOL_REMINDER = (
     "Remember to place the final answer in the last part using the format: \n"
     "<answer>\n\\boxed{{'The final answer goes here.'}}\n</answer>"
@@ -118,10 +119,11 @@ def test_splits_are_disjoint_and_deterministic() -> None:
         task.make_problems(-1, seed=0)
 
 
-def test_aime_default_is_relative_to_the_repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_aime_default_is_the_shipped_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("RETOOL_AIME2025", raising=False)
-    package_root = Path(build.__file__).resolve().parents[2]
-    assert build.default_aime2025() == package_root / ".." / "shared" / "data" / "aime2025" / "test.jsonl"
+    package_root = Path(build.__file__).resolve().parents[1]
+    assert build.default_aime2025() == package_root / "datasets" / "aime2025" / "test.jsonl"
+    assert build.default_aime2025().is_file()
     monkeypatch.setenv("RETOOL_AIME2025", str(tmp_path / "aime.jsonl"))
     assert build.default_aime2025() == tmp_path / "aime.jsonl"
 
@@ -134,6 +136,18 @@ def test_missing_inputs_fail_fast_with_a_clear_message(tmp_path: Path, capsys: p
     assert not (tmp_path / "out" / "model").exists()  # nothing built before the inputs were checked
     assert build.main(["--out", str(tmp_path / "out"), "--rl-rows", "0"]) == 2
     assert "--rl-rows" in capsys.readouterr().err
+
+
+def test_smoke_converts_with_one_prompt_shape_by_default(tmp_path: Path) -> None:
+    """The tiny model must meet in RL the prompt shape it was fine-tuned on; the reference style gives two."""
+    assert build.SMOKE_PROMPT_STYLE == "recipe"
+    assert build.BuildOptions(out=tmp_path).prompt_style == "recipe"
+    assert build.parse_args(["--out", str(tmp_path)]).prompt_style == "recipe"
+    opts = build.parse_args(["--out", str(tmp_path), "--prompt-style", "reference"])
+    assert opts.prompt_style == "reference"
+    assert opts.data_inputs()["prompt_style"] == "reference"  # a change of style rebuilds the data
+    with pytest.raises(SystemExit):
+        build.parse_args(["--out", str(tmp_path), "--prompt-style", "mine"])
 
 
 def _sha256(path: Path) -> str:
@@ -190,6 +204,17 @@ def test_build_writes_converted_data_and_a_manifest(assets: tuple[Path, dict]) -
     rl = pq.read_table(out / "data/rl_train.parquet").to_pylist()
     assert all(r["reward_model"]["ground_truth"] == str(_expected_answer(
         re.search(r"What is [^?]*\?", r["prompt"][-1]["content"]).group(0))) for r in rl)
+    # One prompt shape everywhere: question, blank line, the recipe's instruction (SFT, RL, synthetic and AIME val).
+    assert manifest["data_inputs"]["prompt_style"] == "recipe"
+    suffix = f"\n\n{ANSWER_INSTRUCTION}"
+    for rel, question_of in (("data/sft_train.parquet", lambda r: r["messages"][0]["content"]),
+                             ("data/rl_train.parquet", lambda r: r["prompt"][0]["content"]),
+                             ("data/rl_val_synthetic.parquet", lambda r: r["prompt"][0]["content"])):
+        for r in pq.read_table(out / rel).to_pylist():
+            prompt = question_of(r)
+            assert prompt.endswith(suffix) and QUESTION.match(prompt.removesuffix(suffix)), (rel, prompt)
+    aime = pq.read_table(out / "data/rl_val_aime2025.parquet").to_pylist()
+    assert all(r["prompt"][0]["content"] == r["extra_info"]["question"] + suffix for r in aime)
 
 
 @pytest.mark.slow

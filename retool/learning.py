@@ -1,0 +1,210 @@
+"""Did RL change the policy? Before/after comparisons with confidence intervals, from verl's per-sample dumps.
+
+verl writes one JSONL file per validation (``trainer.validation_data_dir``, ``<step>.jsonl``) with every sampled
+trajectory: ``input`` (the prompt), ``output``, ``score`` and the reward's fields (``acc``, ``used_tool``, ...), and one
+per training step (``trainer.rollout_data_dir``) with ``input``, ``output`` and ``score``. This module reads them and
+answers, per metric: how much did it change between the first and the last validation, with a 95% interval?
+
+The comparison is paired by prompt: the same held-out prompts are validated before and after, each sampled ``n``
+times, so the unit is the prompt's mean (samples of one prompt are not independent). The interval is Student's t on
+the per-prompt differences; "rose" / "fell" means the whole interval lies above / below zero, anything else is
+"no clear change". Training curves (tool use and score per step) come from the rollout dumps.
+
+verl's dumps do not say which validation file a sample came from, so a run validated on several sets is narrowed
+to one by that set's prompts (``--val-file``: the RL parquet; a sample belongs to it when its rendered prompt
+contains one of the file's user messages).
+
+    python -m retool.learning --validation runs/x/validation [--rollouts runs/x/rollouts] [--val-file v.parquet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+METRICS = ("used_tool", "score", "acc")
+TOOL_RESPONSE = "<tool_response>"  # in a decoded trajectory once per executed tool round
+# two-sided 97.5% quantiles of Student's t for small degrees of freedom; normal beyond the table
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+class LearningDataError(ValueError):
+    """A dump folder or file that cannot answer the question (missing, empty, or without the needed fields)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """Change of one metric between two validations, paired by prompt."""
+
+    metric: str
+    before: float
+    after: float
+    delta: float
+    low: float
+    high: float
+    prompts: int
+    samples_before: int
+    samples_after: int
+
+    @property
+    def verdict(self) -> str:
+        if self.low > 0:
+            return "rose"
+        if self.high < 0:
+            return "fell"
+        return "no clear change"
+
+    def sentence(self) -> str:
+        return (f"{self.metric} {self.before:.3f} -> {self.after:.3f} ({self.delta:+.3f}, 95% CI "
+                f"[{self.low:+.3f}, {self.high:+.3f}], {self.prompts} prompts): {self.verdict}")
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (table, conservative between rows)."""
+    if df < 1:
+        raise ValueError("a t interval needs at least 2 prompts")
+    for bound in sorted(_T975):
+        if df <= bound:
+            return _T975[bound]
+    return 1.960
+
+
+def read_dump(path: Path) -> list[dict[str, Any]]:
+    """The records of one verl JSONL dump; LearningDataError names the file and line of a bad record."""
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise LearningDataError(f"{path}:{number}: not JSON ({exc.msg})") from None
+    return records
+
+
+def dumps_by_step(folder: Path) -> dict[int, list[dict[str, Any]]]:
+    """``{step: records}`` of a verl dump folder (files named ``<step>.jsonl``)."""
+    if not folder.is_dir():
+        raise LearningDataError(f"{folder} does not exist: set trainer.validation_data_dir / rollout_data_dir")
+    steps = {int(p.stem): read_dump(p) for p in folder.glob("*.jsonl") if p.stem.isdigit()}
+    if not steps:
+        raise LearningDataError(f"{folder} holds no <step>.jsonl dumps")
+    return dict(sorted(steps.items()))
+
+
+def metric_value(record: dict[str, Any], metric: str) -> float:
+    """One sample's value of ``metric``; tool use is also read from the text when the reward did not record it."""
+    value = record.get(metric)
+    if value is None and metric == "used_tool" and "output" in record:
+        value = float(TOOL_RESPONSE in record["output"])
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise LearningDataError(f"a record has no {metric!r} (keys: {sorted(record)})")
+    return float(value)
+
+
+def _prompt_means(records: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        groups[record["input"]].append(metric_value(record, metric))
+    return {prompt: statistics.fmean(values) for prompt, values in groups.items()}
+
+
+def user_messages(val_file: Path) -> list[str]:
+    """The user message of every row of an RL parquet (verl's ``prompt`` column)."""
+    import pyarrow.parquet as pq
+
+    if not val_file.is_file():
+        raise LearningDataError(f"validation file {val_file} does not exist")
+    rows = pq.read_table(val_file, columns=["prompt"]).column("prompt").to_pylist()
+    return [m["content"] for messages in rows for m in messages if m.get("role") == "user"]
+
+
+def select(records: list[dict[str, Any]], prompts: list[str] | None) -> list[dict[str, Any]]:
+    """The records whose rendered prompt holds one of ``prompts``; all when None."""
+    if prompts is None:
+        return records
+    chosen = [r for r in records if any(p in r["input"] for p in prompts)]
+    if not chosen:
+        raise LearningDataError(f"none of {len(records)} records was prompted with one of the {len(prompts)} "
+                                "given user messages: wrong --val-file?")
+    return chosen
+
+
+def paired_change(before: list[dict[str, Any]], after: list[dict[str, Any]], metric: str) -> Change:
+    """Mean of ``metric`` before and after, and the t interval of the per-prompt differences."""
+    first, last = _prompt_means(before, metric), _prompt_means(after, metric)
+    prompts = sorted(set(first) & set(last))
+    if len(prompts) < 2:
+        raise LearningDataError(f"only {len(prompts)} prompt(s) validated both times: need the same held-out set")
+    diffs = [last[p] - first[p] for p in prompts]
+    mean = statistics.fmean(diffs)
+    half = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return Change(metric=metric, before=statistics.fmean(first[p] for p in prompts),
+                  after=statistics.fmean(last[p] for p in prompts), delta=mean, low=mean - half, high=mean + half,
+                  prompts=len(prompts), samples_before=len(before), samples_after=len(after))
+
+
+def validation_changes(folder: Path, prompts: list[str] | None = None,
+                       metrics: tuple[str, ...] = METRICS) -> dict[str, Change]:
+    """First vs last validation of a run, one Change per metric present in the dump."""
+    steps = dumps_by_step(folder)
+    if len(steps) < 2:
+        raise LearningDataError(f"{folder} holds {len(steps)} validation(s); need one before and one after training")
+    (_, before), (_, after) = list(steps.items())[0], list(steps.items())[-1]
+    before, after = select(before, prompts), select(after, prompts)
+    changes = {}
+    for metric in metrics:
+        if metric == "used_tool" or all(metric in r for r in before + after):
+            changes[metric] = paired_change(before, after, metric)
+    return changes
+
+
+def training_curve(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Per training step: the fraction of trajectories with an executed tool round, and the mean score."""
+    curve: dict[str, list[tuple[int, float]]] = {"used_tool": [], "score": []}
+    for step, records in dumps_by_step(folder).items():
+        curve["used_tool"].append((step, statistics.fmean(metric_value(r, "used_tool") for r in records)))
+        curve["score"].append((step, statistics.fmean(float(r["score"]) for r in records)))
+    return curve
+
+
+def report(validation: Path, rollouts: Path | None = None, val_file: Path | None = None) -> dict[str, Any]:
+    """The JSON-able learning report of one run."""
+    changes = validation_changes(validation, user_messages(val_file) if val_file else None)
+    out: dict[str, Any] = {"val_file": str(val_file) if val_file else None,
+                           "changes": {k: {**asdict(c), "verdict": c.verdict} for k, c in changes.items()},
+                           "sentences": [c.sentence() for c in changes.values()]}
+    if rollouts is not None:
+        out["training_curve"] = training_curve(rollouts)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.learning", description=__doc__.split("\n")[0])
+    parser.add_argument("--validation", type=Path, required=True, help="trainer.validation_data_dir of the run")
+    parser.add_argument("--rollouts", type=Path, default=None, help="trainer.rollout_data_dir of the run")
+    parser.add_argument("--val-file", type=Path, default=None, help="compare only this validation set (RL parquet)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    try:
+        result = report(args.validation, args.rollouts, args.val_file)
+    except LearningDataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(result["sentences"]))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

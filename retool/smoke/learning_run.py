@@ -1,0 +1,94 @@
+"""One RL run at smoke scale from an SFT'd tiny model, validated before and after on held-out synthetic problems.
+
+The learning-signal benchmark (bench/learning_signal.py) and its test (tests/e2e/test_learning.py) use it: same
+launcher, configs (``+smoke=dapo``), sandbox, tool and reward as the smoke run, only more steps, one validation set
+(the synthetic one, so every sample answers the question asked) and more samples per prompt. ``--control negated``
+trains on the negated reward (retool.smoke.controls), the negative control.
+
+    python -m retool.smoke.learning_run --sft-model runs/smoke-x/sft_merged --assets .cache/smoke-assets \\
+        --run-dir runs/learning-x --steps 12 [--val-n 4] [--control negated]
+
+Writes ``<run-dir>/learning.json`` (retool.learning's report: changes with 95% intervals, training curve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from retool.learning import report
+from retool.sandbox.testing import running_sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROLS = {"negated": ("pkg://retool.smoke.controls", "negated_score")}
+
+
+def overrides(assets: Path, steps: int, val_n: int, control: str | None) -> list[str]:
+    """The Hydra overrides on top of ``+smoke=dapo`` for a learning run."""
+    args = [
+        "+smoke=dapo",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.test_freq={steps}",  # validate before training (val_before_train) and after the last step
+        f"data.val_files=[{assets / 'data' / 'rl_val_synthetic.parquet'}]",
+        f"actor_rollout_ref.rollout.val_kwargs.n={val_n}",
+        f"trainer.experiment_name=learning-{control or 'grpo'}",
+    ]
+    if control is not None:
+        path, name = CONTROLS[control]
+        args += [f"reward.custom_reward_function.path={path}", f"reward.custom_reward_function.name={name}"]
+    return args
+
+
+def run(sft_model: Path, assets: Path, run_dir: Path, steps: int, val_n: int = 4, control: str | None = None,
+        python: str = sys.executable, timeout_s: float = 3600) -> dict[str, Any]:
+    """Train, then return (and write to run_dir/learning.json) the learning report; RuntimeError if verl failed."""
+    for path, what in ((sft_model / "config.json", "--sft-model (a merged SFT model)"),
+                       (assets / "data" / "rl_train.parquet", "--assets (retool.smoke.build output)")):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: check {what}")
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with running_sandbox() as sandbox:
+        env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "RUN_DIR": str(run_dir),
+               "RETOOL_DATA_DIR": str(assets / "data"), "RETOOL_SFT_MODEL": str(sft_model),
+               "RETOOL_SANDBOX_URL": f"{sandbox}/run_code"}
+        env.pop("DRY_RUN", None)
+        with open(run_dir / "learning_run.log", "w") as log:
+            proc = subprocess.run([str(REPO / "scripts" / "launch.sh"), "dapo",
+                                   *overrides(assets, steps, val_n, control)],
+                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (run_dir / "learning_run.log").read_text()[-3000:]
+        raise RuntimeError(f"the RL run exited {proc.returncode}; log {run_dir / 'learning_run.log'}:\n{tail}")
+    result = report(run_dir / "validation", run_dir / "rollouts")
+    result.update(steps=steps, val_n=val_n, control=control)
+    (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.smoke.learning_run", description=__doc__.split("\n")[0])
+    parser.add_argument("--sft-model", type=Path, required=True, help="merged SFT model (a smoke run's sft_merged)")
+    parser.add_argument("--assets", type=Path, default=REPO / ".cache" / "smoke-assets",
+                        help="smoke assets (retool.smoke.build --out); default: %(default)s")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--val-n", type=int, default=4, help="samples per held-out prompt at each validation")
+    parser.add_argument("--control", choices=sorted(CONTROLS), default=None)
+    args = parser.parse_args(argv)
+    try:
+        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control)
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(result["sentences"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

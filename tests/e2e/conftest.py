@@ -1,0 +1,28 @@
+"""The smoke run, once per test session: test_smoke.py checks its signals, test_learning.py trains on its SFT model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def smoke_run_dir(tmp_path_factory) -> Path:
+    # E2E_RUN_DIR keeps the folder for inspection (CI prints its summary either way).
+    run_dir = Path(os.environ.get("E2E_RUN_DIR") or tmp_path_factory.mktemp("smoke") / "run")
+    env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
+    env.pop("DRY_RUN", None)
+    proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=40 * 60)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs" / "smoke.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"run_smoke_cpu.sh exited {proc.returncode}; tail of its output:\n{proc.stdout[-4000:]}\n"
+                    f"{proc.stderr[-4000:]}")
+    return run_dir

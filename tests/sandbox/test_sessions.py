@@ -1,0 +1,420 @@
+"""Stateful sessions against real servers: state persists within a session and never crosses sessions; ends by
+crash, timeout, idle time, eviction and close are isolated and reported; overload is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import descendants, get, post, uid_processes, unprivileged_python
+
+from retool.sandbox.testing import running_sandbox
+
+LOST = "[retool-sandbox: session "
+
+
+def cell(url: str, session: str, code: str, **fields) -> dict:
+    status, body = post(url + "/run_code", {"code": code, "language": "python", "session_id": session, **fields})
+    assert status == 200, (status, body)
+    return body
+
+
+def out(body: dict) -> str:
+    return body["run_result"]["stdout"]
+
+
+def close(url: str, session: str) -> dict:
+    return post(url + f"/sessions/{session}/close", {})[1]
+
+
+def sid() -> str:
+    return uuid.uuid4().hex
+
+
+def _server(**opts):
+    if os.geteuid() != 0:
+        pytest.skip("sessions get their own uid only with a root server")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    return running_sandbox(default_timeout=20, max_timeout=20, **opts)
+
+
+@pytest.fixture(scope="module")
+def url():
+    with _server(slots=2, max_sessions=4, session_idle_timeout=120) as base:
+        assert get(base + "/health")["isolation"] == "bwrap"
+        yield base
+
+
+@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+def tier_url(request):
+    """One server per uid-switching tier, with room for few sessions so that boxes (uids) get reused."""
+    python = None
+    if request.param == "rlimit":
+        python = unprivileged_python()
+        if python is None:
+            pytest.skip("no interpreter reachable by an unprivileged uid")
+    with _server(isolation=request.param, slots=1, max_sessions=2, session_idle_timeout=120, python=python) as base:
+        yield request.param, base
+
+
+def _wait_boxes_free(base: str, free: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while get(base + "/health")["sessions"]["free_boxes"] < free and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert get(base + "/health")["sessions"]["free_boxes"] >= free
+
+
+def test_state_persists_within_a_session(url):
+    s = sid()
+    first = cell(url, s, "import math\nx = 41\ndef f(n):\n    return n / 0 if n < 0 else n + 1\n"
+                         "open('notes.txt', 'w').write('kept')\nimport os\nos.makedirs('sub')\nos.chdir('sub')")
+    assert first["status"] == "Success", first
+    body = cell(url, s, "print(f(x), round(math.pi, 2), open('../notes.txt').read(), os.path.basename(os.getcwd()))\n"
+                        "print(open('../data.txt').read())",
+                files={"data.txt": "c2VudA=="}, fetch_files=["notes.txt"])
+    assert body["status"] == "Success", body
+    assert out(body) == "42 3.14 kept sub\nsent\n"
+    assert body["files"] == {"notes.txt": "a2VwdA=="}
+    # A function from an earlier cell fails with its own source line in the traceback.
+    body = cell(url, s, "f(-1)")
+    assert body["run_result"]["return_code"] == 1
+    stderr = body["run_result"]["stderr"]
+    assert 'File "<cell 3>", line 1' in stderr and 'File "<cell 1>", line 4, in f' in stderr, stderr
+    assert "return n / 0 if n < 0 else n + 1" in stderr and "ZeroDivisionError" in stderr
+    # sys.exit ends the cell, not the session.
+    body = cell(url, s, "import sys\nprint('bye')\nsys.exit(3)")
+    assert (body["status"], body["run_result"]["return_code"], out(body)) == ("Failed", 3, "bye\n")
+    assert out(cell(url, s, "print(x)")) == "41\n"
+    # A stateless request is untouched by any session.
+    status, stateless = post(url + "/run_code", {"code": "print('x' in dir())", "language": "python"})
+    assert status == 200 and out(stateless) == "False\n"
+    assert close(url, s) == {"closed": True}
+
+
+def test_sessions_never_share_state(tier_url):
+    tier, base = tier_url
+    a, b = sid(), sid()
+    marker = uuid.uuid4().hex[:12]
+    litter = (f"import os, subprocess, sys\nsecret = '{marker}'\nos.retool_leak = '{marker}'\n"
+              f"os.environ['RETOOL_LEAK'] = '{marker}'\nopen('/tmp/{marker}', 'w').write('{marker}')\n"
+              f"open('/dev/shm/{marker}', 'w').write('{marker}')\nopen('left.txt', 'w').write('{marker}')\n"
+              "print(os.getuid())")
+    look = (
+        "import json, os\n"
+        "def readable(path):\n"
+        "    try:\n        return open(path).read()\n    except OSError:\n        return None\n"
+        f"print(json.dumps({{'secret': globals().get('secret'), 'module': getattr(os, 'retool_leak', None),"
+        f" 'env': os.environ.get('RETOOL_LEAK'), 'tmp': readable('/tmp/{marker}'),"
+        f" 'shm': readable('/dev/shm/{marker}'), 'workdir': sorted(os.listdir('.')), 'uid': os.getuid()}}))"
+    )
+    first = cell(base, a, litter)
+    assert first["status"] == "Success", first
+    uid_a = int(out(first))
+    seen = json.loads(out(cell(base, b, look)))
+    assert seen["uid"] != uid_a
+    assert {k: seen[k] for k in ("secret", "module", "env", "tmp", "shm", "workdir")} == {
+        "secret": None, "module": None, "env": None, "tmp": None, "shm": None, "workdir": []}
+    # Close b first, so that a's box is the next one handed out (free boxes are a stack).
+    assert close(base, b) == {"closed": True}
+    _wait_boxes_free(base, 1)
+    assert close(base, a) == {"closed": True}
+    _wait_boxes_free(base, 2)
+    assert uid_processes(range(uid_a, uid_a + 1)) == []
+    assert not Path(f"/tmp/{marker}").exists() and not Path(f"/dev/shm/{marker}").exists()  # rlimit: the host's
+    # The next session gets A's box, hence A's uid, and still finds nothing of A.
+    seen = json.loads(out(cell(base, sid(), look)))
+    assert seen["uid"] == uid_a
+    assert {k: seen[k] for k in ("secret", "module", "env", "tmp", "shm", "workdir")} == {
+        "secret": None, "module": None, "env": None, "tmp": None, "shm": None, "workdir": []}
+
+
+def _session_uid(base: str, session: str) -> int:
+    return int(out(cell(base, session, "import os\nprint(os.getuid())")))
+
+
+@pytest.mark.parametrize("how", ["os._exit", "external SIGKILL"])
+def test_a_crashed_session_loses_only_its_own_state(url, how):
+    a, b = sid(), sid()
+    for session in (a, b):
+        assert cell(url, session, f"value = {session!r}")["status"] == "Success"
+    if how == "os._exit":
+        body = cell(url, a, "import os\nos._exit(3)")
+        assert body["run_result"]["return_code"] == 3
+        assert "the session ended during this call (exit code 3); its state is lost" in body["message"]
+        reason = "exit code 3"
+    else:
+        uid = _session_uid(url, a)
+        died = get(url + "/health")["sessions"]["counters"]["died"]
+        victims = uid_processes(range(uid, uid + 1))
+        assert victims
+        for pid, _ in victims:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while get(url + "/health")["sessions"]["counters"]["died"] == died and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reason = "killed by signal 9"
+    body = cell(url, a, "print(value)")
+    stderr = body["run_result"]["stderr"]
+    assert stderr.startswith(LOST + f"{a!r} lost its state: its interpreter ended"), stderr
+    assert reason in stderr and "NameError" in stderr and reason in body["message"]
+    assert out(cell(url, a, "print('new session works')")) == "new session works\n"
+    assert out(cell(url, b, "print(value)")) == f"{b}\n"
+    close(url, a), close(url, b)
+
+
+def test_timeout_interrupts_the_cell_and_keeps_the_session(url):
+    s = sid()
+    cell(url, s, "kept = 7")
+    body = cell(url, s, "print('start', flush=True)\nwhile True:\n    pass", run_timeout=1)
+    assert body["run_result"]["status"] == "TimeLimitExceeded" and out(body) == "start\n"
+    assert "KeyboardInterrupt" in body["run_result"]["stderr"] and "state is kept" in body["message"]
+    assert out(cell(url, s, "print(kept)")) == "7\n"
+    # A cell that ignores the interrupt is killed with its session, which says so on the next call.
+    body = cell(url, s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+                run_timeout=1)
+    assert body["run_result"]["status"] == "TimeLimitExceeded" and "state is lost" in body["message"]
+    body = cell(url, s, "print(kept)")
+    assert "did not stop at its timeout" in body["run_result"]["stderr"] and "NameError" in body["run_result"]["stderr"]
+    close(url, s)
+
+
+def _states(uid: int) -> dict[int, str]:
+    states = {}
+    for pid, _ in uid_processes(range(uid, uid + 1)):
+        try:
+            states[pid] = Path(f"/proc/{pid}/status").read_text().split("\nState:")[1].split()[0]
+        except (OSError, IndexError):
+            pass
+    return states
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_an_idle_session_is_stopped_and_its_children_are_gone(url):
+    s = sid()
+    code = ("import os, subprocess, sys, threading\nuid = os.getuid()\n"
+            "def spin():\n    while True:\n        pass\n"
+            "threading.Thread(target=spin, daemon=True).start()\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+            "print(uid)")
+    uid = int(out(cell(url, s, code)))
+    deadline = time.monotonic() + 5
+    while set(_states(uid).values()) != {"T"} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    states = _states(uid)
+    assert len(states) == 1 and set(states.values()) == {"T"}, states  # the interpreter only, stopped
+    (pid,) = states
+    before = _cpu_ticks(pid)
+    time.sleep(0.5)
+    assert _cpu_ticks(pid) == before  # the spinning thread gets no CPU while the session is idle
+    body = cell(url, s, "print(threading.active_count(), uid)")
+    assert out(body) == f"2 {uid}\n"  # the thread is state too, and runs again during the cell
+    close(url, s)
+
+
+def test_close_frees_the_session_and_is_idempotent(url):
+    s = sid()
+    uid = _session_uid(url, s)
+    cell(url, s, "x = 1")
+    live = get(url + "/health")["sessions"]["live"]
+    status, body = post(url + f"/sessions/{s}/close", {})
+    assert (status, body) == (200, {"closed": True})
+    assert get(url + "/health")["sessions"]["live"] == live - 1
+    deadline = time.monotonic() + 5
+    while uid_processes(range(uid, uid + 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert uid_processes(range(uid, uid + 1)) == []
+    req = urllib.request.Request(url + f"/sessions/{s}", method="DELETE")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert json.loads(resp.read()) == {"closed": False}
+    # Closed by its client: the next call with that id is simply a new session, without a lost-state notice.
+    body = cell(url, s, "print(x)")
+    assert "NameError" in body["run_result"]["stderr"] and LOST not in body["run_result"]["stderr"]
+    close(url, s)
+
+
+def test_session_id_must_be_a_plain_token(url):
+    for bad in ("", "a/b", "x" * 201, 5, "spa ce"):
+        status, body = post(url + "/run_code", {"code": "1", "language": "python", "session_id": bad})
+        assert status == 422 and body["detail"][0]["loc"] == ["body", "session_id"], (bad, body)
+    status, body = post(url + "/run_code", {"code": "print(1)", "language": "python", "session_id": None})
+    assert status == 200 and out(body) == "1\n"  # null = stateless
+
+
+@pytest.fixture(scope="module")
+def small_url():
+    """One slot, two sessions, a short idle timeout and queue timeout: easy to evict and to overload."""
+    with _server(slots=1, max_sessions=2, session_idle_timeout=2, queue_timeout=1) as base:
+        yield base
+
+
+def test_the_least_recently_used_session_makes_room_and_says_so():
+    with _server(slots=1, max_sessions=2, session_idle_timeout=120) as base:
+        a, b, c = sid(), sid(), sid()
+        cell(base, a, "v = 'a'")
+        cell(base, b, "v = 'b'")
+        cell(base, c, "v = 'c'")  # a third session: a, the least recently used, makes room
+        assert out(cell(base, b, "print(v)")) == "b\n"
+        body = cell(base, a, "print(v)")  # now c is the least recently used one
+        assert "least recently used" in body["run_result"]["stderr"] and "--max-sessions" in body["message"]
+        assert "NameError" in body["run_result"]["stderr"]
+        assert out(cell(base, b, "print(v)")) == "b\n"
+        assert "least recently used" in cell(base, c, "print(v)")["run_result"]["stderr"]
+        assert get(base + "/health")["sessions"]["counters"]["evicted_lru"] == 3
+
+
+def test_an_idle_session_is_evicted_and_says_so(small_url):
+    s = sid()
+    cell(small_url, s, "v = 1")
+    deadline = time.monotonic() + 15  # idle timeout 2 s, checked every 0.5 s
+    while get(small_url + "/health")["sessions"]["counters"]["evicted_idle"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    body = cell(small_url, s, "print(v)")
+    assert "idle for more than 2 s" in body["run_result"]["stderr"] and "NameError" in body["run_result"]["stderr"]
+
+
+def test_ten_times_more_sessions_than_slots_is_bounded(small_url):
+    code = "import time\ntime.sleep(0.3)\nprint('done')"
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        results = list(pool.map(
+            lambda s: post(small_url + "/run_code", {"code": code, "language": "python", "session_id": s},
+                           timeout=30),
+            [sid() for _ in range(10)]))
+    assert time.monotonic() - started < 15
+    codes = [status for status, _ in results]
+    assert set(codes) <= {200, 504} and 200 in codes, codes
+    for status, body in results:
+        if status == 200:
+            assert body["status"] == "Success" and out(body) == "done\n", body
+        else:
+            assert body["status"] == "SandboxError" and "retry" in body["message"], body
+    health = get(small_url + "/health")
+    assert health["in_flight"] == 0 and health["sessions"]["live"] <= 2 and health["sessions"]["busy"] == 0
+
+
+def test_sessions_can_be_disabled():
+    with _server(slots=1, max_sessions=0) as base:
+        status, body = post(base + "/run_code", {"code": "1", "language": "python", "session_id": "abc"})
+        assert status == 422 and "disabled" in body["detail"][0]["msg"]
+        assert get(base + "/health")["sessions"] is None
+
+
+def test_the_tool_keeps_one_session_per_trajectory(url):
+    pytest.importorskip("verl")
+    import asyncio
+    import gc
+
+    from retool.tool import CodeInterpreterTool
+
+    class Trajectory:  # what ToolAgentLoop hands execute() as agent_data (weak-referenceable, like AgentData)
+        def __init__(self):
+            self.extra_fields = {}
+
+    async def scenario():
+        tool = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code", "session_mode": "per_trajectory"})
+        first, second = Trajectory(), Trajectory()
+
+        async def call(trajectory, code):
+            # verl 0.9.1 creates and releases a tool instance around every single call
+            instance, _ = await tool.create()
+            try:
+                response, _, _ = await tool.execute(instance, {"code": code}, agent_data=trajectory)
+            finally:
+                await tool.release(instance)
+            return response.text
+
+        assert await call(first, "x = 6") == "(no output)"
+        assert await call(second, "x = 7") == "(no output)"
+        assert await call(first, "x * 7") == "42"
+        assert await call(second, "x * 7") == "49"
+        live = get(url + "/health")["sessions"]["live"]
+        del first
+        gc.collect()
+        for _ in range(100):  # the finalizer's close request runs on the loop
+            await asyncio.sleep(0.1)
+            if get(url + "/health")["sessions"]["live"] == live - 1:
+                break
+        assert get(url + "/health")["sessions"]["live"] == live - 1
+        stateless = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code"})
+        instance, _ = await stateless.create()
+        await stateless.execute(instance, {"code": "y = 1"}, agent_data=second)
+        response, _, _ = await stateless.execute(instance, {"code": "print(y)"}, agent_data=second)
+        assert "NameError" in response.text
+
+    asyncio.run(scenario())
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("\nState:")[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def test_sessions_without_root(bwrap_nonroot_url):
+    """bwrap in a user namespace (what most cluster users get): state persists, nothing crosses sessions, idle
+    sessions are stopped (found below the server, as they share its uid)."""
+    a, b = sid(), sid()
+    assert cell(bwrap_nonroot_url, a, "import os\nx = 5\nopen('/tmp/mine', 'w').write('a')")["status"] == "Success"
+    assert out(cell(bwrap_nonroot_url, a, "print(x, open('/tmp/mine').read())")) == "5 a\n"
+    server_pid = get(bwrap_nonroot_url + "/health")["pid"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        sessions = [pid for pid in descendants(server_pid) if b"_retool_session" in _cmdline(pid)
+                    and not _exe(pid).endswith("/bwrap")]
+        if sessions and {_state(pid) for pid in sessions} == {"T"}:
+            break
+        time.sleep(0.05)
+    assert len(sessions) == 1 and _state(sessions[0]) == "T"  # the idle session is stopped
+    body = cell(bwrap_nonroot_url, b, "import os\nprint(os.path.exists('/tmp/mine'))\nprint(x)")
+    assert out(body) == "False\n" and "NameError" in body["run_result"]["stderr"]
+    body = cell(bwrap_nonroot_url, a, "import os\nos._exit(4)")
+    assert body["run_result"]["return_code"] == 4 and "state is lost" in body["message"]
+    assert "exit code 4" in cell(bwrap_nonroot_url, a, "print(1)")["run_result"]["stderr"]
+    assert close(bwrap_nonroot_url, a) == {"closed": True} and close(bwrap_nonroot_url, b) == {"closed": True}
+
+
+def test_a_session_that_forges_reports_only_ends_itself(url):
+    a, b = sid(), sid()
+    cell(url, b, "kept = 'b'")
+    forge = ("import os, socket, stat\n"
+             "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+             "    try:\n        mode = os.fstat(fd).st_mode\n    except OSError:\n        continue\n"
+             "    if stat.S_ISSOCK(mode):\n"
+             "        socket.socket(fileno=os.dup(fd)).send(b'R forged')\n"
+             "print('sent')")
+    body = cell(url, a, forge)
+    assert "out of turn" in body["message"] and "state is lost" in body["message"], body
+    body = cell(url, a, "print(1)")
+    assert "out of turn" in body["run_result"]["stderr"] and out(body) == "1\n"
+    assert out(cell(url, b, "print(kept)")) == "b\n"
+    status, body = post(url + "/run_code", {"code": "print('stateless')", "language": "python"})
+    assert status == 200 and out(body) == "stateless\n"
+    close(url, a), close(url, b)

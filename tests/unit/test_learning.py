@@ -1,0 +1,111 @@
+"""retool.learning on dumps written here in verl's validation/rollout JSONL layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from retool.learning import (LearningDataError, main, paired_change, report, t_quantile, training_curve,
+                             validation_changes)
+
+PROMPTS = [f"What is {i} * 7?" for i in range(12)]
+
+
+def rendered(question: str) -> str:
+    return f"system\n# Tools ...\nuser\n{question}\n\nPlease reason step by step.\nassistant\n"
+
+
+def record(question: str, used_tool: float, acc: float, score: float | None = None) -> dict:
+    output = ("<tool_call>{}</tool_call>user\n<tool_response>\n7\n</tool_response>" if used_tool else "") + "\\boxed{7}"
+    return {"input": rendered(question), "output": output, "gts": "7", "step": 0, "used_tool": used_tool,
+            "acc": acc, "score": score if score is not None else (1.0 if acc else -1.0) - (0 if used_tool else 0.4)}
+
+
+def write_dump(folder: Path, step: int, records: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def two_validations(folder: Path, before_rate: float, after_rate: float, n: int = 4) -> None:
+    """Each prompt sampled n times; the first round(rate * n) samples of a prompt used the tool."""
+    for step, rate in ((0, before_rate), (10, after_rate)):
+        write_dump(folder, step, [record(q, float(k < round(rate * n)), 0.0) for q in PROMPTS for k in range(n)])
+
+
+def test_a_clear_rise_is_a_rise_and_a_clear_fall_a_fall(tmp_path):
+    two_validations(tmp_path / "up", 0.25, 1.0)
+    change = validation_changes(tmp_path / "up")["used_tool"]
+    assert (change.before, change.after, change.delta) == pytest.approx((0.25, 1.0, 0.75))
+    assert change.low > 0 and change.verdict == "rose" and change.prompts == 12
+    assert "used_tool 0.250 -> 1.000 (+0.750" in change.sentence() and change.sentence().endswith(": rose")
+    two_validations(tmp_path / "down", 0.75, 0.25)
+    assert validation_changes(tmp_path / "down")["used_tool"].verdict == "fell"
+
+
+def test_noise_around_no_change_is_not_called_a_rise(tmp_path):
+    folder = tmp_path / "flat"
+    before = [record(q, float((i + k) % 2), 0.0) for i, q in enumerate(PROMPTS) for k in range(2)]
+    after = [record(q, float(i % 3 == 0), 0.0) for i, q in enumerate(PROMPTS) for k in range(2)]
+    write_dump(folder, 0, before)
+    write_dump(folder, 5, after)
+    change = validation_changes(folder)["used_tool"]
+    assert change.low < 0 < change.high and change.verdict == "no clear change"
+
+
+def test_interval_is_student_t_on_prompt_differences():
+    before = [record(q, 0.0, 0.0) for q in PROMPTS[:3]]
+    after = [record(PROMPTS[0], 1.0, 0.0), record(PROMPTS[1], 0.0, 0.0), record(PROMPTS[2], 1.0, 0.0)]
+    change = paired_change(before, after, "used_tool")
+    # diffs 1, 0, 1: mean 2/3, sd 0.57735, t(2) = 4.303 -> half width 1.4343
+    assert change.delta == pytest.approx(2 / 3)
+    assert change.high - change.delta == pytest.approx(4.303 * 0.57735 / 3 ** 0.5, rel=1e-4)
+    assert t_quantile(1) == 12.706 and t_quantile(21) == 2.060 and t_quantile(500) == 1.960
+
+
+def test_tool_use_is_read_from_the_text_when_the_reward_did_not_record_it(tmp_path):
+    records = [record(q, 1.0, 0.0) for q in PROMPTS]
+    for r in records:
+        del r["used_tool"]
+    write_dump(tmp_path / "rollouts", 1, records)
+    write_dump(tmp_path / "rollouts", 2, [record(q, 0.0, 0.0) for q in PROMPTS])
+    curve = training_curve(tmp_path / "rollouts")
+    assert curve["used_tool"] == [(1, 1.0), (2, 0.0)]
+    assert [step for step, _ in curve["score"]] == [1, 2]
+    assert [value for _, value in curve["score"]] == pytest.approx([-1.0, -1.4])
+
+
+def test_a_validation_file_narrows_a_multi_set_dump(tmp_path):
+    folder = tmp_path / "val"
+    aime = [record("Find the number of ordered pairs", 0.0, 0.0)] * 4
+    write_dump(folder, 0, aime + [record(q, 0.0, 0.0) for q in PROMPTS])
+    write_dump(folder, 5, aime + [record(q, 1.0, 1.0) for q in PROMPTS])
+    val_file = tmp_path / "synthetic.parquet"
+    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}]
+                                        for q in PROMPTS]}), val_file)
+    result = report(folder, val_file=val_file)
+    assert result["changes"]["acc"]["prompts"] == 12 and result["changes"]["acc"]["delta"] == pytest.approx(1.0)
+    assert report(folder)["changes"]["acc"]["prompts"] == 13  # without the file, AIME is mixed in
+
+
+def test_unusable_dumps_name_what_is_wrong(tmp_path, capsys):
+    with pytest.raises(LearningDataError, match="does not exist"):
+        validation_changes(tmp_path / "nowhere")
+    write_dump(tmp_path / "one", 0, [record(q, 0.0, 0.0) for q in PROMPTS])
+    with pytest.raises(LearningDataError, match="holds 1 validation"):
+        validation_changes(tmp_path / "one")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "3.jsonl").write_text('{"input": 1}\nnot json\n')
+    assert main(["--validation", str(tmp_path / "bad")]) == 1
+    assert "3.jsonl:2: not JSON" in capsys.readouterr().err
+
+
+def test_cli_prints_the_verdicts_and_writes_json(tmp_path, capsys):
+    two_validations(tmp_path / "val", 0.25, 1.0)
+    assert main(["--validation", str(tmp_path / "val"), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "used_tool 0.250 -> 1.000" in out and ": rose" in out
+    assert json.loads((tmp_path / "r.json").read_text())["changes"]["used_tool"]["verdict"] == "rose"

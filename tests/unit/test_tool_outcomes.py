@@ -1,0 +1,23 @@
+"""retool.tool_outcomes: the counts the tool keeps per trajectory and the reward fields made of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from retool.tool_outcomes import OUTCOME_KEYS, outcome_fields, record
+
+
+def test_counts_per_status_and_truncation():
+    fields: dict = {}
+    for status, cut in [("ok", 0), ("ok", 10), ("error_exit", 0), ("bad_input", 0), ("timeout", 5),
+                        ("sandbox_error", 0), ("unavailable", 0)]:
+        record(fields, {"status": status, "truncated_chars": cut})
+    assert fields == {"tool_calls": 7, "tool_ok": 2, "tool_error": 2, "tool_timeout": 1, "tool_unavailable": 2,
+                      "tool_truncated": 2}
+    assert outcome_fields(fields) == {k: float(fields[k]) for k in OUTCOME_KEYS}
+
+
+def test_no_calls_are_zeros_and_unknown_status_is_an_error():
+    assert outcome_fields({"num_turns": 2}) == dict.fromkeys(OUTCOME_KEYS, 0.0)
+    with pytest.raises(ValueError, match="unknown tool status 'weird'"):
+        record({}, {"status": "weird"})

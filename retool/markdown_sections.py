@@ -3,6 +3,7 @@ run summaries rewrite their own section of docs/performance.md and leave the res
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -21,3 +22,8 @@ def replace_section(path: Path, name: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
+
+
+def slug(label: str) -> str:
+    """A marker name from a free-text label: "AVX2-only (emulated)" -> "avx2-only-emulated"."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")

@@ -244,10 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.performance is not None:
         import datetime
 
-        from retool.markdown_sections import replace_section
+        from retool.markdown_sections import replace_section, slug
 
-        slug = "".join(c if c.isalnum() else "-" for c in args.label.lower()).strip("-")
-        replace_section(args.performance, f"smoke-{slug}",
+        replace_section(args.performance, f"smoke-{slug(args.label)}",
                         render_performance(summary, args.label, datetime.date.today().isoformat()))
     return 0
 

@@ -9,16 +9,18 @@ prompt, retool.learning) and a PNG of the training curves; every number in it co
     python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps 20] [--val-n 4]   # make bench-learning
 
 Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
+``--from-runs DIR`` writes the section from two finished runs (DIR/grpo, DIR/negated, each with learning.json), e.g.
+the ones tests/e2e/test_learning.py leaves in $E2E_LEARNING_DIR.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,8 @@ def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "## Learning signal (`make bench-learning`)", "",
         f"Measured {meta['date']} by `bench/learning_signal.py --steps {meta['steps']} --val-n {meta['val_n']}` on "
-        f"{host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}), from the SFT model of "
-        f"`{meta['smoke_run']}`. Each run: {meta['steps']} GRPO steps (4 prompts x n=4, lr 3e-4, the smoke's "
+        f"{host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}), from {meta['source']}. "
+        f"Each run: {meta['steps']} GRPO steps (4 prompts x n=4, lr 3e-4, the smoke's "
         f"settings), validation on the same held-out synthetic problems before and after "
         f"({meta['val_n']} samples each). Change = after - before, paired by prompt, 95% t interval; "
         "`rose`/`fell` only when the interval excludes 0.", "",
@@ -96,7 +98,8 @@ def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "| run | wall time (s) | prompts | samples per validation |", "|---|---|---|---|"]
     for name, result in results.items():
         c = result["changes"]["used_tool"]
-        lines.append(f"| {LABELS[name]} | {result['wall_s']:.0f} | {c['prompts']} | {c['samples_after']} |")
+        wall = f"{result['wall_s']:.0f}" if "wall_s" in result else "not recorded"
+        lines.append(f"| {LABELS[name]} | {wall} | {c['prompts']} | {c['samples_after']} |")
     rose = {name: sorted(m for m, c in r["changes"].items() if c["verdict"] == "rose") for name, r in results.items()}
     flat = {name: sorted(m for m, c in r["changes"].items() if c["verdict"] != "rose")
             for name, r in results.items()}
@@ -113,23 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--val-n", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None, help="run folders (default runs/learning-<time>)")
+    parser.add_argument("--from-runs", type=Path, default=None, help="render finished runs instead of training")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "performance.md")
     args = parser.parse_args(argv)
-    smoke = find_smoke_run(args.smoke_run)
-    resolved = (smoke / "dapo.resolved.yaml").read_text()
-    import yaml
+    if args.from_runs is not None:
+        results = {name: json.loads((args.from_runs / name / "learning.json").read_text()) for name in RUNS}
+        steps, val_n = results["grpo"]["steps"], results["grpo"]["val_n"]
+        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning.py)"
+    else:
+        smoke = find_smoke_run(args.smoke_run)
+        import yaml
 
-    assets = Path(yaml.safe_load(resolved)["data"]["train_files"]).parents[1]
-    out = args.out or REPO / "runs" / f"learning-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    results = {}
-    for name, control in RUNS.items():
-        started = time.monotonic()
-        print(f"[bench] {name}: {args.steps} steps into {out / name}", flush=True)
-        results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n, control)
-        results[name]["wall_s"] = time.monotonic() - started
-        print("\n".join(results[name]["sentences"]), flush=True)
-    meta = {"date": datetime.date.today().isoformat(), "steps": args.steps, "val_n": args.val_n,
-            "host": host_report(), "smoke_run": os.path.relpath(smoke, REPO)}
+        assets = Path(yaml.safe_load((smoke / "dapo.resolved.yaml").read_text())["data"]["train_files"]).parents[1]
+        out = args.out or REPO / "runs" / f"learning-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        results, steps, val_n = {}, args.steps, args.val_n
+        for name, control in RUNS.items():
+            print(f"[bench] {name}: {steps} steps into {out / name}", flush=True)
+            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, steps, val_n, control)
+            print("\n".join(results[name]["sentences"]), flush=True)
+        source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`"
+    meta = {"date": datetime.date.today().isoformat(), "steps": steps, "val_n": val_n, "host": host_report(),
+            "source": source}
     plot(results, args.output.parent / "img" / "learning_signal.png")
     replace_section(args.output, SECTION, render(results, meta))
     print(f"[bench] wrote the {SECTION} section of {args.output}")

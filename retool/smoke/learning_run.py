@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def run(sft_model: Path, assets: Path, run_dir: Path, steps: int, val_n: int = 4
             raise FileNotFoundError(f"{path} not found: check {what}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     with running_sandbox() as sandbox:
         env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "RUN_DIR": str(run_dir),
                "RETOOL_DATA_DIR": str(assets / "data"), "RETOOL_SFT_MODEL": str(sft_model),
@@ -66,7 +68,7 @@ def run(sft_model: Path, assets: Path, run_dir: Path, steps: int, val_n: int = 4
         tail = (run_dir / "learning_run.log").read_text()[-3000:]
         raise RuntimeError(f"the RL run exited {proc.returncode}; log {run_dir / 'learning_run.log'}:\n{tail}")
     result = report(run_dir / "validation", run_dir / "rollouts")
-    result.update(steps=steps, val_n=val_n, control=control)
+    result.update(steps=steps, val_n=val_n, control=control, wall_s=round(time.monotonic() - started, 1))
     (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 

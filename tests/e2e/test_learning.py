@@ -5,6 +5,7 @@ tool-response mask would make the first fail or the second pass."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,15 +27,21 @@ def inputs(smoke_run_dir) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def grpo(inputs, tmp_path_factory) -> dict:
-    sft, assets = inputs
-    return learning_run.run(sft, assets, tmp_path_factory.mktemp("grpo"), STEPS, VAL_N)
+def runs_dir(tmp_path_factory) -> Path:
+    # E2E_LEARNING_DIR keeps both runs (bench/learning_signal.py --from-runs renders them into docs)
+    return Path(os.environ.get("E2E_LEARNING_DIR") or tmp_path_factory.mktemp("learning"))
 
 
 @pytest.fixture(scope="module")
-def negated(inputs, tmp_path_factory) -> dict:
+def grpo(inputs, runs_dir) -> dict:
     sft, assets = inputs
-    return learning_run.run(sft, assets, tmp_path_factory.mktemp("negated"), STEPS, VAL_N, control="negated")
+    return learning_run.run(sft, assets, runs_dir / "grpo", STEPS, VAL_N)
+
+
+@pytest.fixture(scope="module")
+def negated(inputs, runs_dir) -> dict:
+    sft, assets = inputs
+    return learning_run.run(sft, assets, runs_dir / "negated", STEPS, VAL_N, control="negated")
 
 
 def test_grpo_raises_tool_use_on_held_out_problems(grpo):
@@ -48,5 +55,5 @@ def test_the_negated_reward_does_not(grpo, negated):
     print("\n".join(negated["sentences"]))
     control = negated["changes"]["used_tool"]
     assert control["verdict"] != "rose", negated["sentences"]
-    # and the two runs differ by more than their intervals' noise: the real run ends above the control
-    assert grpo["changes"]["used_tool"]["after"] > control["high"] + control["before"]
+    # and the real run ends above the highest tool use the control's interval allows it after training
+    assert grpo["changes"]["used_tool"]["after"] > control["before"] + control["high"]

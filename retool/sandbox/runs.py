@@ -151,6 +151,32 @@ def _popen(launch: Launch, inner: str, **kwargs) -> subprocess.Popen:
         extra_groups=[] if launch.user is not None else None, **kwargs,
     )
 
+def _start_controlled(loop: asyncio.AbstractEventLoop, launch: Launch, inner: str, stdin: int,
+                      sock: socket.socket, child: socket.socket, run_dir: str
+                      ) -> tuple[subprocess.Popen, CappedBuffer, _PipeReader]:
+    """Start a long-lived sandbox interpreter talking over ``child`` (the server keeps ``sock``).
+
+    Its stdout and stderr go to a capped log for error messages. ``stdin`` and ``child`` are closed here either way;
+    on failure ``sock`` is closed and ``run_dir`` removed too.
+    """
+    log_r, log_w = os.pipe()
+    try:
+        proc = _popen(launch, inner, stdin=stdin, stdout=log_w, stderr=log_w, pass_fds=(child.fileno(),))
+    except BaseException:
+        sock.close()
+        os.close(log_r)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    finally:
+        for fd in (stdin, log_w):
+            os.close(fd)
+        child.close()
+    log_buffer = CappedBuffer(8192)
+    reader = _PipeReader(loop, log_r, log_buffer)
+    sock.setblocking(False)
+    return proc, log_buffer, reader
+
+
 
 class Run:
     """A program's pipes and exit. Subclasses say how it starts, ends and is released."""
@@ -321,23 +347,9 @@ class ForkServer:
         # Its standard streams are pipes, like a program's: the children inherit Python's stream objects made
         # for them. Its own output (a traceback if it ever crashes) is kept for error messages.
         stdin_r, stdin_w = os.pipe()
-        log_r, log_w = os.pipe()
         os.close(stdin_w)
-        try:
-            self.proc = _popen(launch, self.inner, stdin=stdin_r, stdout=log_w, stderr=log_w,
-                               pass_fds=(child.fileno(),))
-        except BaseException:
-            self.sock.close()
-            os.close(log_r)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        finally:
-            for fd in (stdin_r, log_w):
-                os.close(fd)
-            child.close()
-        self.log = CappedBuffer(8192)
-        self.log_reader = _PipeReader(loop, log_r, self.log)
-        self.sock.setblocking(False)
+        self.proc, self.log, self.log_reader = _start_controlled(loop, launch, self.inner, stdin_r, self.sock,
+                                                                 child, run_dir)
         self.ready: asyncio.Future[bool] = loop.create_future()
         self.current: ForkRun | None = None
         self.healthy = True
@@ -521,22 +533,8 @@ class SessionSandbox:
         sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
         launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(child.fileno()), limits, self.inner, sweep])
         devnull = os.open(os.devnull, os.O_RDWR)
-        log_r, log_w = os.pipe()
-        try:
-            self.proc = _popen(launch, self.inner, stdin=devnull, stdout=log_w, stderr=log_w,
-                               pass_fds=(child.fileno(),))
-        except BaseException:
-            self.sock.close()
-            os.close(log_r)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        finally:
-            for fd in (devnull, log_w):
-                os.close(fd)
-            child.close()
-        self.log = CappedBuffer(8192)
-        self.log_reader = _PipeReader(loop, log_r, self.log)
-        self.sock.setblocking(False)
+        self.proc, self.log, self.log_reader = _start_controlled(loop, launch, self.inner, devnull, self.sock,
+                                                                 child, run_dir)
         self.ready: asyncio.Future[bool] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()
         self.returncode: int | None = None

@@ -6,7 +6,7 @@ the 32 held-out synthetic problems (``--val-n`` samples each) before and after t
 docs/performance.md gives, per run, the change of tool use, reward and accuracy with 95% intervals (paired by
 prompt, retool.learning) and a PNG of the training curves; every number in it comes from this run.
 
-    python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps 20] [--val-n 4]   # make bench-learning
+    python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps 12] [--val-n 4]   # make bench-learning
 
 Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
 ``--from-runs DIR`` writes the section from two finished runs (DIR/grpo, DIR/negated, each with learning.json), e.g.
@@ -113,7 +113,7 @@ def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke-run", type=Path, default=None, help="a smoke run folder with sft_merged/")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=12)  # ~12 min a run on 2 cores: both runs within 25 min
     parser.add_argument("--val-n", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None, help="run folders (default runs/learning-<time>)")
     parser.add_argument("--from-runs", type=Path, default=None, help="render finished runs instead of training")

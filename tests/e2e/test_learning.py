@@ -15,7 +15,7 @@ from retool.smoke import learning_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
-STEPS = 12  # bench/learning_signal.py runs longer; docs/performance.md has its curves
+STEPS = 12  # the same as bench/learning_signal.py; docs/performance.md has its curves
 VAL_N = 4
 
 

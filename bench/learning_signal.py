@@ -10,7 +10,7 @@ prompt, retool.learning) and a PNG of the training curves; every number in it co
 
 Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
 ``--from-runs DIR`` writes the section from two finished runs (DIR/grpo, DIR/negated, each with learning.json), e.g.
-the ones tests/e2e/test_learning.py leaves in $E2E_LEARNING_DIR.
+the ones tests/e2e/test_learning_signal.py leaves in $E2E_LEARNING_DIR.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_runs is not None:
         results = {name: json.loads((args.from_runs / name / "learning.json").read_text()) for name in RUNS}
         steps, val_n = results["grpo"]["steps"], results["grpo"]["val_n"]
-        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning.py)"
+        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning_signal.py)"
     else:
         smoke = find_smoke_run(args.smoke_run)
         import yaml

@@ -1,6 +1,6 @@
 """One RL run at smoke scale from an SFT'd tiny model, validated before and after on held-out synthetic problems.
 
-The learning-signal benchmark (bench/learning_signal.py) and its test (tests/e2e/test_learning.py) use it: same
+The learning-signal benchmark (bench/learning_signal.py) and its test (tests/e2e/test_learning_signal.py) use it: same
 launcher, configs (``+smoke=dapo``), sandbox, tool and reward as the smoke run, only more steps, one validation set
 (the synthetic one, so every sample answers the question asked) and more samples per prompt. ``--control negated``
 trains on the negated reward (retool.smoke.controls), the negative control.

@@ -1,4 +1,4 @@
-"""The smoke run, once per test session: test_smoke.py checks its signals, test_learning.py trains on its SFT model."""
+"""The smoke run, once per test session: test_smoke.py checks its signals, test_learning_signal.py trains on its SFT model."""
 
 from __future__ import annotations
 

@@ -104,7 +104,8 @@ def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     flat = {name: sorted(m for m, c in r["changes"].items() if c["verdict"] != "rose")
             for name, r in results.items()}
     lines += ["", f"What rose with the recipe's reward: {', '.join(rose['grpo']) or 'nothing'}; what did not: "
-              f"{', '.join(flat['grpo']) or 'nothing'}. With the negated reward, what rose: "
+              f"{', '.join(flat['grpo']) or 'nothing'}. With the negated reward (its `score` is the negated reward that run "
+              "optimises), what rose: "
               f"{', '.join(rose['negated']) or 'nothing'}.", "",
               "![training curves and held-out change](img/learning_signal.png)", ""]
     return "\n".join(lines)

@@ -48,6 +48,12 @@ WORKER_PROBE = textwrap.dedent(
 )
 
 
+def _own_home(temp_dir: str) -> dict[str, str]:
+    # A Ray run earlier in the session (the smoke) leaves ~/.ray/auth_token, which a new head then requires while
+    # this driver does not send it: give head and driver a home of their own.
+    return {"HOME": temp_dir}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -59,10 +65,12 @@ def ray_head():
     """A one-node Ray cluster whose raylet has other values for the variables under test; stopped afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="rt-ray-")  # short: Ray's unix socket paths must stay < 108 bytes
     port = _free_port()
-    env = {**os.environ, "RETOOL_SANDBOX_URL": "http://raylet-env:1/run_code", "TENSORBOARD_DIR": "/raylet/tb"}
+    env = {**os.environ, **_own_home(temp_dir), "RETOOL_SANDBOX_URL": "http://raylet-env:1/run_code",
+           "TENSORBOARD_DIR": "/raylet/tb"}
     ray = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen(
-        [ray, "start", "--head", "--block", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
+        [ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+         "--num-gpus=0",
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
@@ -78,7 +86,7 @@ def ray_head():
             time.sleep(0.5)
         else:
             pytest.fail("the Ray head did not open its port within 90 s")
-        yield address
+        yield address, temp_dir
     finally:
         os.killpg(head.pid, signal.SIGTERM)  # only the processes this fixture started
         try:
@@ -97,8 +105,10 @@ def _launcher_config() -> dict:
     return yaml.safe_load(proc.stdout)
 
 
-def _probe(address: str, runtime_env: dict, tool_config_path: str) -> dict:
+def _probe(head: tuple[str, str], runtime_env: dict, tool_config_path: str) -> dict:
+    address, temp_dir = head
     env = {k: v for k, v in os.environ.items() if k not in ("RETOOL_SANDBOX_URL", "TENSORBOARD_DIR")}
+    env.update(_own_home(temp_dir))
     proc = subprocess.run([sys.executable, "-c", WORKER_PROBE, address, json.dumps(runtime_env), tool_config_path],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

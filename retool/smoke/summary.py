@@ -83,32 +83,39 @@ def _first_last(points: list[tuple[int, float]]) -> dict[str, float] | None:
             "min": min(v for _, v in points), "max": max(v for _, v in points)}
 
 
-def _compute(run_dir: Path) -> dict[str, Any]:
-    """The host (CPU model, flags that decide the dtype), the dtype rule's choice, and the dtypes the configs ran."""
+def _resolved_configs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The run's resolved configs by stage ({} for a stage that did not get that far), each read once."""
     import yaml
 
+    configs = {}
+    for stage in ("sft", "dapo"):
+        path = run_dir / f"{stage}.resolved.yaml"
+        configs[stage] = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return configs
+
+
+def _dig(node: Any, *keys: str) -> Any:
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _compute(run_dir: Path, configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The host (CPU model, flags that decide the dtype), the dtype rule's choice, and the dtypes the configs ran."""
     host_path = run_dir / "logs" / "host.json"
     compute: dict[str, Any] = json.loads(host_path.read_text()) if host_path.is_file() else {}
-    for stage, keys in (("sft", ("engine", "mixed_precision", "param_dtype")),
-                        ("dapo", ("actor_rollout_ref", "actor", "fsdp_config", "mixed_precision", "param_dtype")),
-                        ("rollout", ("actor_rollout_ref", "rollout", "dtype"))):
-        path = run_dir / f"{'dapo' if stage == 'rollout' else stage}.resolved.yaml"
-        node: Any = yaml.safe_load(path.read_text()) if path.is_file() else None
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        compute[f"{stage}_dtype"] = node
+    compute["sft_dtype"] = _dig(configs["sft"], "engine", "mixed_precision", "param_dtype")
+    compute["dapo_dtype"] = _dig(configs["dapo"], "actor_rollout_ref", "actor", "fsdp_config", "mixed_precision",
+                                 "param_dtype")
+    compute["rollout_dtype"] = _dig(configs["dapo"], "actor_rollout_ref", "rollout", "dtype")
     return compute
 
 
-def _learning(run_dir: Path) -> dict[str, Any]:
+def _learning(run_dir: Path, dapo: dict[str, Any]) -> dict[str, Any]:
     """First vs last validation on the held-out synthetic set (retool.learning), or why it cannot be said."""
-    import yaml
-
     from retool.learning import LearningDataError, report
 
-    resolved = run_dir / "dapo.resolved.yaml"
-    val_files = (yaml.safe_load(resolved.read_text()) or {}).get("data", {}).get("val_files", []) \
-        if resolved.is_file() else []
+    val_files = _dig(dapo, "data", "val_files") or []
     synthetic = next((Path(f) for f in ([val_files] if isinstance(val_files, str) else val_files)
                       if Path(f).name == "rl_val_synthetic.parquet"), None)
     try:
@@ -118,6 +125,7 @@ def _learning(run_dir: Path) -> dict[str, Any]:
 
 
 def summarise(run_dir: Path) -> dict[str, Any]:
+    configs = _resolved_configs(run_dir)
     stages = _stage_times(run_dir)
     memory = _memory_samples(run_dir)
     baseline = memory[0][1] if memory else 0
@@ -141,11 +149,11 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "stages": stage_rows,
         "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
         "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,
-        "compute": _compute(run_dir),
+        "compute": _compute(run_dir, configs),
         "sft": {"loss": _first_last(sft.get(SFT_LOSS, []))},
         "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
         "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
-        "learning": _learning(run_dir),
+        "learning": _learning(run_dir, configs["dapo"]),
         "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
         "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
         "rl_tags": sorted(rl),

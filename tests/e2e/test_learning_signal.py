@@ -1,10 +1,11 @@
-"""The RL loop learns, and the test can tell: GRPO from the smoke's SFT model must raise tool use on held-out
-synthetic problems (the 95% interval of the paired change above 0), and the same run on the negated reward (the
-negative control) must not. A sign flip of the advantage, a reward that never reaches the trainer or a broken
-tool-response mask would make the first fail or the second pass."""
+"""The RL loop learns, and the test can tell: the smoke's GRPO stage must raise tool use on the held-out synthetic
+problems (the 95% interval of the paired change above 0), and the same stage on the negated reward (the negative
+control, run here from the smoke's SFT model) must not. A sign flip of the advantage, a reward that never reaches the
+trainer or a broken tool-response mask would make the first fail or the second pass."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,33 +16,29 @@ from retool.smoke import learning_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
-STEPS = 12  # the same as bench/learning_signal.py; docs/performance.md has its curves
-VAL_N = 4
-
-
-@pytest.fixture(scope="module")
-def inputs(smoke_run_dir) -> tuple[Path, Path]:
-    resolved = yaml.safe_load((smoke_run_dir / "dapo.resolved.yaml").read_text())
-    assets = Path(resolved["data"]["train_files"]).parents[1]
-    return smoke_run_dir / "sft_merged", assets
-
 
 @pytest.fixture(scope="module")
 def runs_dir(tmp_path_factory) -> Path:
-    # E2E_LEARNING_DIR keeps both runs (bench/learning_signal.py --from-runs renders them into docs)
+    # E2E_LEARNING_DIR keeps both reports (bench/learning_signal.py --from-runs renders them into docs)
     return Path(os.environ.get("E2E_LEARNING_DIR") or tmp_path_factory.mktemp("learning"))
 
 
 @pytest.fixture(scope="module")
-def grpo(inputs, runs_dir) -> dict:
-    sft, assets = inputs
-    return learning_run.run(sft, assets, runs_dir / "grpo", STEPS, VAL_N)
+def grpo(smoke_run_dir, runs_dir) -> dict:
+    """The smoke's own RL stage: its summary holds the learning report of the synthetic validation set."""
+    result = json.loads((smoke_run_dir / "summary.json").read_text())["learning"]
+    assert "changes" in result, result
+    result = {**result, **learning_run.run_settings(smoke_run_dir / "dapo.resolved.yaml"), "control": None}
+    (runs_dir / "grpo").mkdir(parents=True, exist_ok=True)
+    (runs_dir / "grpo" / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 @pytest.fixture(scope="module")
-def negated(inputs, runs_dir) -> dict:
-    sft, assets = inputs
-    return learning_run.run(sft, assets, runs_dir / "negated", STEPS, VAL_N, control="negated")
+def negated(smoke_run_dir, runs_dir) -> dict:
+    resolved = yaml.safe_load((smoke_run_dir / "dapo.resolved.yaml").read_text())
+    assets = Path(resolved["data"]["train_files"]).parents[1]
+    return learning_run.run(smoke_run_dir / "sft_merged", assets, runs_dir / "negated", control="negated")
 
 
 def test_grpo_raises_tool_use_on_held_out_problems(grpo):
@@ -53,6 +50,7 @@ def test_grpo_raises_tool_use_on_held_out_problems(grpo):
 
 def test_the_negated_reward_does_not(grpo, negated):
     print("\n".join(negated["sentences"]))
+    assert (negated["steps"], negated["val_n"]) == (grpo["steps"], grpo["val_n"])  # the same run, reward negated
     control = negated["changes"]["used_tool"]
     assert control["verdict"] != "rose", negated["sentences"]
     # and the real run ends above the highest tool use the control's interval allows it after training

@@ -83,9 +83,9 @@ def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir,
 def test_tool_outcomes_reach_tensorboard(run_dir):
     scalars = read_scalars(run_dir / "tensorboard" / "dapo")
     for key in ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated"):
-        tag = f"val-aux/synthetic_arith/{key}/mean@2"
+        tag = f"val-aux/synthetic_arith/{key}/mean@4"
         assert tag in scalars, f"{tag} missing"
-    assert max(v for _, v in scalars["val-aux/synthetic_arith/tool_calls/mean@2"]) > 0
+    assert max(v for _, v in scalars["val-aux/synthetic_arith/tool_calls/mean@4"]) > 0
 
 
 def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):

@@ -153,3 +153,41 @@ def test_tool_agent_loop_token_stream_equals_the_full_render(tok):
     response = ids[len(ids) - len(mask):]
     assert tok.decode([t for t, m in zip(response, mask) if m]) == generated_text
     assert "<tool_response>" in tok.decode([t for t, m in zip(response, mask) if not m])
+
+
+@pytest.fixture(scope="module")
+def trimmed(tmp_path_factory):
+    """The table trimmed to the sample texts and the tool conversation, as the smoke model's tokenizer is."""
+    from transformers import AutoTokenizer
+
+    from retool.smoke.tokenizer import build_qwen_tokenizer
+
+    def keep(full):
+        rendered = full.apply_chat_template(CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False,
+                                            add_generation_prompt=True)
+        return [rendered, *sample_texts()[:20]]
+
+    return AutoTokenizer.from_pretrained(build_qwen_tokenizer(tmp_path_factory.mktemp("trimmed"), keep=keep))
+
+
+def test_trimmed_table_encodes_its_texts_into_the_same_tokens(tok, trimmed):
+    assert 256 < len(trimmed) < 10_000
+    for text in sample_texts()[:20] + [EXPECTED]:
+        ids = trimmed.encode(text, add_special_tokens=False)
+        assert trimmed.convert_ids_to_tokens(ids) == tok.convert_ids_to_tokens(tok.encode(text)), text[:60]
+    rendered = trimmed.apply_chat_template(CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False,
+                                           add_generation_prompt=True)
+    assert rendered == EXPECTED
+
+
+def test_trimmed_table_still_encodes_any_text_and_keeps_the_qwen_layout(tok, trimmed):
+    for text in sample_texts()[20:]:  # texts it was not trimmed to: more pieces, same text back
+        ids = trimmed.encode(text, add_special_tokens=False)
+        assert trimmed.decode(ids) == unicodedata.normalize("NFC", text)
+        assert len(ids) >= len(tok.encode(text))
+    first = trimmed.convert_tokens_to_ids("<|endoftext|>")
+    assert first == len(trimmed) - len(QWEN_TOKEN_IDS)
+    assert [trimmed.convert_tokens_to_ids(t) - first for t in QWEN_TOKEN_IDS] == list(range(len(QWEN_TOKEN_IDS)))
+    assert (trimmed.eos_token, trimmed.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert trimmed.decode(trimmed.encode("<tool_call>x</tool_call><|im_end|>"), skip_special_tokens=True) == \
+        "<tool_call>x</tool_call>"

@@ -26,9 +26,11 @@ def runs_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def grpo(smoke_run_dir, runs_dir) -> dict:
     """The smoke's own RL stage: its summary holds the learning report of the synthetic validation set."""
-    result = json.loads((smoke_run_dir / "summary.json").read_text())["learning"]
+    summary = json.loads((smoke_run_dir / "summary.json").read_text())
+    result = summary["learning"]
     assert "changes" in result, result
-    result = {**result, **learning_run.run_settings(smoke_run_dir / "dapo.resolved.yaml"), "control": None}
+    result = {**result, **learning_run.run_settings(smoke_run_dir / "dapo.resolved.yaml"), "control": None,
+              "wall_s": summary["stages"]["rl"]["wall_s"]}
     (runs_dir / "grpo").mkdir(parents=True, exist_ok=True)
     (runs_dir / "grpo" / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -49,7 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 32
+stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 64
 
 SANDBOX_PORT="${SANDBOX_PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 SANDBOX_BASE="http://127.0.0.1:$SANDBOX_PORT"

@@ -2,7 +2,7 @@
 
 From the SFT'd tiny model of a smoke run, two runs of the smoke's RL stage on the synthetic tool task
 (retool.smoke.learning_run): the recipe's reward, and the same reward negated (the control). Each validates on
-the 32 held-out synthetic problems before and after training; ``--steps`` and ``--val-n`` change the smoke's step
+the held-out synthetic problems before and after training; ``--steps`` and ``--val-n`` change the smoke's step
 count and samples per prompt. The section it writes into
 docs/performance.md gives, per run, the change of tool use, reward and accuracy with 95% intervals (paired by
 prompt, retool.learning) and a PNG of the training curves; every number in it comes from this run.

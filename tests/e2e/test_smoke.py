@@ -75,7 +75,7 @@ def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir,
     changes = summary["learning"]["changes"]
     assert set(changes) >= {"used_tool", "score", "acc"}, summary["learning"]
     for change in changes.values():
-        assert change["low"] <= change["delta"] <= change["high"] and change["prompts"] == 32
+        assert change["low"] <= change["delta"] <= change["high"] and change["prompts"] == 64
     markdown = (run_dir / "summary.md").read_text()
     assert "Compute dtype" in markdown and "95% CI" in markdown
 

@@ -1,4 +1,4 @@
-# make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), ~10 min
+# make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
 # make test    every test, the end-to-end smoke included; installs what is missing first
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-learning   the smoke's GRPO stage vs a negated-reward control, from its SFT model (~15 min; docs/performance.md)

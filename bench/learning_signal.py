@@ -1,17 +1,17 @@
-"""Does GRPO learn on the CPU stack? A reward-goes-up benchmark with a negative control.
+"""Does GRPO raise accuracy on the CPU stack, and only for the right reason? Three seeds and two negative controls.
 
-From the SFT'd tiny model of a smoke run, two runs of the smoke's RL stage on the synthetic tool task
-(retool.smoke.learning_run): the recipe's reward, and the same reward negated (the control). Each validates on
-the held-out synthetic problems before and after training; ``--steps`` and ``--val-n`` change the smoke's step
-count and samples per prompt. The section it writes into
-docs/performance.md gives, per run, the change of tool use, reward and accuracy with 95% intervals (paired by
-prompt, retool.learning) and a PNG of the training curves; every number in it comes from this run.
+From the SFT'd tiny model of a smoke run, five runs of the smoke's RL stage on the synthetic tool task
+(retool.smoke.learning_run, correctness-only reward): the recipe's reward with seeds 1, 2 and 3; the same reward
+negated; and the tool replying with every printed integer off by one, so that answers copied from it score -1. Each
+run validates on the same held-out synthetic problems before and after training. Expected: held-out accuracy rises
+in every seed (95% interval above 0) and rises in neither control. The section it writes into docs/performance.md
+gives each run's changes with their intervals, when and on which host each ran (recorded by the run itself), and a
+PNG of the training and held-out accuracy.
 
     python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps N] [--val-n K]   # make bench-learning
 
 Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
-``--from-runs DIR`` writes the section from two finished runs (DIR/grpo, DIR/negated, each with learning.json), e.g.
-the ones tests/e2e/test_learning_signal.py leaves in $E2E_LEARNING_DIR.
+``--from-runs DIR`` writes the section from finished runs (DIR/<run>/learning.json) without training.
 """
 
 from __future__ import annotations
@@ -26,14 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from retool.markdown_sections import replace_section
-from retool.platform.cpu_dtype import host_report
 from retool.smoke import learning_run
 
 REPO = Path(__file__).resolve().parents[1]
 
 SECTION = "learning-signal"
-RUNS = {"grpo": None, "negated": "negated"}  # run name -> learning_run control
-LABELS = {"grpo": "GRPO, recipe reward", "negated": "control: reward negated"}
+SEEDS = (1, 2, 3)
+# run name -> (seed, control); the controls use the first seed, so each differs from grpo-seed1 in one thing only
+RUNS = {**{f"grpo-seed{s}": (s, None) for s in SEEDS}, "negated": (SEEDS[0], "negated"),
+        "wrong_tool": (SEEDS[0], "wrong_tool")}
+LABELS = {**{f"grpo-seed{s}": f"GRPO, seed {s}" for s in SEEDS}, "negated": "control: reward negated",
+          "wrong_tool": "control: tool result off by one"}
+METRICS = ("acc", "used_tool", "score")
 
 
 def find_smoke_run(explicit: Path | None) -> Path:
@@ -52,62 +56,85 @@ def find_smoke_run(explicit: Path | None) -> Path:
     return run_dir
 
 
+def expectations(results: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
+    """The benchmark's claims, each with whether these runs bear it out."""
+    def acc(name: str) -> dict[str, Any]:
+        return results[name]["changes"]["acc"]
+
+    seeds = [name for name in results if name.startswith("grpo-")]
+    claims = [(f"held-out accuracy rose in every seed ({len(seeds)}): 95% interval above 0",
+               bool(seeds) and all(acc(name)["low"] > 0 for name in seeds))]
+    for name in ("negated", "wrong_tool"):
+        if name in results:
+            claims.append((f"{LABELS[name]}: accuracy did not rise", acc(name)["verdict"] != "rose"))
+    return claims
+
+
 def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for name, result in results.items():
-        curve = result["training_curve"]
-        for ax, metric in zip(axes[:2], ("used_tool", "score")):
-            steps, values = zip(*curve[metric])
-            ax.plot(steps, values, marker="o", ms=3, label=LABELS[name])
-        change = result["changes"]["used_tool"]
-        x = [0, result["steps"]]
-        axes[2].errorbar(x, [change["before"], change["after"]], fmt="o-", capsize=4, label=LABELS[name],
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for index, (name, result) in enumerate(results.items()):
+        curve = result["training_curve"].get("acc") or []
+        if curve:
+            steps, values = zip(*curve)
+            axes[0].plot(steps, values, marker="o", ms=2, label=LABELS[name])
+        change = result["changes"]["acc"]
+        axes[1].errorbar([index - 0.15, index + 0.15], [change["before"], change["after"]], fmt="o-", capsize=3,
                          yerr=[[0, change["delta"] - change["low"]], [0, change["high"] - change["delta"]]])
-    for ax, title in zip(axes, ("training: share of rollouts with a tool call", "training: mean reward",
-                                "held-out: tool use before/after (95% CI of change)")):
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("GRPO step")
+    axes[0].set_title("training: accuracy of the rollouts per GRPO step", fontsize=9)
+    axes[0].set_xlabel("GRPO step")
+    axes[0].legend(fontsize=7)
+    axes[1].set_title("held-out accuracy before -> after (bar: 95% CI of the change)", fontsize=9)
+    axes[1].set_xticks(range(len(results)), [LABELS[n].replace(", ", "\n").replace(": ", ":\n") for n in results],
+                       fontsize=7)
+    for ax in axes:
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def render(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
-    host, run = meta["host"], results["grpo"]
+def _where(result: dict[str, Any]) -> str:
+    measured = result.get("measured") or {}
+    host = measured.get("host") or {}
+    limits = host.get("isa_limits") or {}
+    emulated = f" with {', '.join(f'{k}={v}' for k, v in limits.items())}" if limits else ""
+    return (f"{measured.get('started', 'not recorded')}, {host.get('cpu_model', 'host not recorded')}"
+            f"{emulated}, {host.get('dtype', '?')}, commit {measured.get('commit') or '?'}")
+
+
+def render(results: dict[str, dict[str, Any]], source: str) -> str:
+    first = next(iter(results.values()))
     lines = [
         "## Learning signal (`make bench-learning`)", "",
-        f"Measured {meta['date']} on {host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}), "
-        f"from {meta['source']}. Each run: {run['steps']} GRPO steps of {run['prompts_per_step']} prompts x "
-        f"n={run['n']}, lr {run['lr']:g}, validation on the same held-out synthetic problems before and after "
-        f"({run['val_n']} samples each). Change = after - before, paired by prompt, 95% t interval; "
-        "`rose`/`fell` only when the interval excludes 0.", "",
+        f"From {source}. Each run: {first['steps']} GRPO steps of {first['prompts_per_step']} prompts x "
+        f"n={first['n']}, lr {first['lr']:g}, reward `{first['reward']}` with tool shaping "
+        f"`{first['tool_shaping']}` (+1 right, -1 wrong: right answers are the only way up), validation on the same "
+        f"held-out synthetic problems before and after ({first['val_n']} samples each at temperature 1.0). "
+        "Change = after - before, paired by prompt, 95% Student's t interval (scipy); `rose`/`fell` only when the "
+        "interval excludes 0.", "",
         "| run | metric | before | after | change | 95% CI | verdict |", "|---|---|---|---|---|---|---|",
     ]
     for name, result in results.items():
-        for metric, c in result["changes"].items():
-            lines.append(f"| {LABELS[name]} | {metric} | {c['before']:.3f} | {c['after']:.3f} | {c['delta']:+.3f} | "
-                         f"[{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} |")
-    lines += ["", "| run | wall time (s) | prompts | samples per validation |", "|---|---|---|---|"]
+        for metric in METRICS:
+            c = result["changes"].get(metric)
+            if c:
+                lines.append(f"| {LABELS[name]} | {metric} | {c['before']:.3f} | {c['after']:.3f} | "
+                             f"{c['delta']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} |")
+    lines += ["", "| run | measured (start, host, dtype, commit) | wall time (s) | prompts | samples per validation |",
+              "|---|---|---|---|---|"]
     for name, result in results.items():
-        c = result["changes"]["used_tool"]
-        wall = f"{result['wall_s']:.0f}" if "wall_s" in result else "not recorded"
-        lines.append(f"| {LABELS[name]} | {wall} | {c['prompts']} | {c['samples_after']} |")
-    rose = {name: sorted(m for m, c in r["changes"].items() if c["verdict"] == "rose") for name, r in results.items()}
-    flat = {name: sorted(m for m, c in r["changes"].items() if c["verdict"] != "rose")
-            for name, r in results.items()}
-    lines += ["", f"What rose with the recipe's reward: {', '.join(rose['grpo']) or 'nothing'}; what did not: "
-              f"{', '.join(flat['grpo']) or 'nothing'}. With the negated reward (its `score` is the negated reward that run "
-              "optimises), what rose: "
-              f"{', '.join(rose['negated']) or 'nothing'}.", "",
-              "![training curves and held-out change](img/learning_signal.png)", ""]
+        c = result["changes"]["acc"]
+        lines.append(f"| {LABELS[name]} | {_where(result)} | {result.get('wall_s', 'not recorded')} | "
+                     f"{c['prompts']} | {c['samples_after']} |")
+    lines += ["", "Expectations, checked on these runs:", ""]
+    lines += [f"- {claim}: **{'yes' if held else 'NO'}**" for claim, held in expectations(results)]
+    lines += ["", "![training and held-out accuracy](img/learning_signal.png)", ""]
     return "\n".join(lines)
 
 
@@ -121,25 +148,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "performance.md")
     args = parser.parse_args(argv)
     if args.from_runs is not None:
-        results = {name: json.loads((args.from_runs / name / "learning.json").read_text()) for name in RUNS}
-        source = f"runs in {args.from_runs.name}/ (tests/e2e/test_learning_signal.py: the smoke's RL stage and its control)"
+        results = {name: json.loads((args.from_runs / name / "learning.json").read_text()) for name in RUNS
+                   if (args.from_runs / name / "learning.json").is_file()}
+        if not results:
+            raise SystemExit(f"error: no <run>/learning.json under {args.from_runs} (runs: {', '.join(RUNS)})")
+        source = f"the runs in `{os.path.relpath(args.from_runs.resolve(), REPO)}/`"
     else:
         smoke = find_smoke_run(args.smoke_run)
         import yaml
 
-        assets = Path(yaml.safe_load((smoke / "dapo.resolved.yaml").read_text())["data"]["train_files"]).parents[1]
+        assets = Path(yaml.safe_load((smoke / "rl.resolved.yaml").read_text())["data"]["train_files"]).parents[1]
         out = args.out or REPO / "runs" / f"learning-{datetime.datetime.now():%Y%m%d-%H%M%S}"
         results = {}
-        for name, control in RUNS.items():
+        for name, (seed, control) in RUNS.items():
             print(f"[bench] {name}: into {out / name}", flush=True)
-            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n, control)
+            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n,
+                                             control, seed)
             print("\n".join(results[name]["sentences"]), flush=True)
-        source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`"
-    meta = {"date": datetime.date.today().isoformat(), "host": host_report(), "source": source}
+        source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`, runs in `{os.path.relpath(out, REPO)}/`"
     plot(results, args.output.parent / "img" / "learning_signal.png")
-    replace_section(args.output, SECTION, render(results, meta))
+    replace_section(args.output, SECTION, render(results, source))
+    for claim, held in expectations(results):
+        print(f"[bench] {claim}: {'yes' if held else 'NO'}")
     print(f"[bench] wrote the {SECTION} section of {args.output}")
-    return 0
+    return 0 if all(held for _, held in expectations(results)) else 1
 
 
 if __name__ == "__main__":

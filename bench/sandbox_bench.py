@@ -20,6 +20,7 @@ instead, e.g. a real SandboxFusion, since only the URL changes. ``--fresh-sandbo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
@@ -28,8 +29,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
@@ -37,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from retool.markdown_sections import replace_section  # noqa: E402
-from retool.sandbox.testing import running_sandbox  # noqa: E402
+from retool.sandbox.client import ClientPolicy, SandboxClient  # noqa: E402
+from retool.sandbox.spawn import running_sandbox  # noqa: E402
 
 WORKLOADS = {
     "print(1)": "print(1)",
@@ -46,6 +46,8 @@ WORKLOADS = {
     "sympy factorint(2**64-1)": "from sympy import factorint\nprint(factorint(2**64 - 1))",
 }
 CPU_JOB = "s = 0\nfor i in range(4_000_000):\n    s += i\nprint(s)"
+# Not in the default table: a CPU-bound program (~0.3 s of one core), to see what slots beyond the cores do.
+EXTRA_WORKLOADS = {"cpu loop": CPU_JOB}
 # Targets checked on every run (docs/sandbox.md says where they come from).
 PRINT_OVERHEAD_MS = 25.0
 THROUGHPUT_AT_CORES = 0.9
@@ -54,16 +56,20 @@ PREIMPORT_ROWS = (("import numpy", "numpy"), ("import sympy", "sympy"))
 PREIMPORT_LEVELS = (1, 2)
 
 
-def _post(url: str, code: str, timeout: float, memory_mb: int = 1024) -> dict:
-    payload = json.dumps({"code": code, "language": "python", "run_timeout": 30, "memory_limit_MB": memory_mb})
-    req = urllib.request.Request(url + "/run_code", data=payload.encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+def _post(url: str, code: str, memory_mb: int = 1024) -> dict:
+    """One /run_code call through the recipe's client, without retries (a 504 would hide an overloaded server): the
+    decoded reply, or RuntimeError when there was none."""
+    policy = ClientPolicy(run_timeout=30, memory_limit_mb=memory_mb, queue_timeout_s=120, max_retries=0,
+                          reconnect_budget_s=0)
+    reply = SandboxClient(url, policy).run_sync(code)
+    if reply.body is None:
+        raise RuntimeError(f"no reply from {url}: {reply.problem}")
+    return reply.body
 
 
 def _sandbox_call(url: str, code: str, memory_mb: int = 1024) -> float:
     started = time.perf_counter()
-    body = _post(url, code, timeout=120, memory_mb=memory_mb)
+    body = _post(url, code, memory_mb=memory_mb)
     elapsed = time.perf_counter() - started
     if body["status"] != "Success":
         raise RuntimeError(f"sandbox run failed: {json.dumps(body)[:500]}")
@@ -112,7 +118,7 @@ def _burst(url: str, jobs: int = 16) -> dict:
     """``jobs`` CPU-bound programs at once: how many time out, and how long the burst took."""
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        bodies = list(pool.map(lambda _: _post(url, CPU_JOB, timeout=120), range(jobs)))
+        bodies = list(pool.map(lambda _: _post(url, CPU_JOB), range(jobs)))
     statuses = [b.get("run_result", {}).get("status") for b in bodies]
     return {"jobs": jobs, "finished": statuses.count("Finished"), "timeouts": statuses.count("TimeLimitExceeded"),
             "seconds": time.perf_counter() - started}
@@ -298,6 +304,132 @@ def render(results: list[dict], burst: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --sessions: what each session runs as its first cell; that state then stays in its interpreter while it is idle.
+SESSION_CELLS = {
+    "plain": "x = 1",
+    "numpy+sympy": "import numpy, sympy\nx = numpy.arange(10)",
+}
+MIB = 1024 * 1024
+
+
+def _proc_tree_pss_mib(uids: range) -> float | None:
+    """Proportional set size (MiB) of every process of ``uids`` and of the bwrap processes above them (a session's
+    sandbox); None where /proc does not tell (not root)."""
+    if os.geteuid() != 0:
+        return None
+    pids: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        if uid in uids:
+            pid = int(entry.name)
+            while pid > 1 and pid not in pids:
+                pids.add(pid)
+                try:
+                    pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    if (Path("/proc") / str(pid) / "comm").read_text().strip() != "bwrap":
+                        break
+                except (OSError, IndexError, ValueError):
+                    break
+    total = 0
+    for pid in pids:
+        try:
+            rollup = (Path("/proc") / str(pid) / "smaps_rollup").read_text()
+        except OSError:
+            continue  # it exited meanwhile
+        total += sum(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
+    return total / 1024 if pids else None
+
+
+def _mem_available_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable")
+
+
+def measure_sessions(url: str, count: int, name: str, concurrency: int) -> dict:
+    """Open ``count`` sessions (first cell ``SESSION_CELLS[name]``, then a second one), let them go idle, and measure
+    what they hold: the host's MemAvailable before and after, and the Pss of their processes. Closes them again."""
+    policy = ClientPolicy(run_timeout=60, memory_limit_mb=-1, queue_timeout_s=120, max_retries=0, reconnect_budget_s=0)
+    client = SandboxClient(url, policy)
+    health = client.health() or {}
+    uids = health.get("uids")
+    session_uids = range(uids[0] + 2 * health["slots"], uids[1] + 1) if uids else None
+    ids = [f"bench-{os.getpid()}-{i}" for i in range(count)]
+
+    def cell(session: str, code: str) -> float:
+        started = time.perf_counter()
+        reply = client.run_sync(code, session_id=session)
+        if reply.status != "ok":
+            raise RuntimeError(f"session cell failed: {reply.problem or json.dumps(reply.body)[:500]}")
+        return (time.perf_counter() - started) * 1000
+
+    time.sleep(1.0)
+    before = _mem_available_mib()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        first = sorted(pool.map(lambda session: cell(session, SESSION_CELLS[name]), ids))
+        opened_s = time.perf_counter() - started
+        later = sorted(pool.map(lambda session: cell(session, "y = x"), ids))
+    time.sleep(2.0)  # every session idle (stopped) and the kernel's counters settled
+    after = _mem_available_mib()
+    pss = _proc_tree_pss_mib(session_uids) if session_uids is not None else None
+    live = (client.health() or {}).get("sessions", {}).get("live")
+    for session in ids:
+        asyncio.run(client.close_session(session))
+    time.sleep(2.0)
+    return {
+        "cell": name, "sessions": count, "live": live, "opened_s": opened_s,
+        "first_p50": statistics.median(first), "first_p99": first[min(count - 1, int(round(0.99 * (count - 1))))],
+        "later_p50": statistics.median(later), "mem_before": before, "mem_idle": after,
+        "mem_closed": _mem_available_mib(), "pss": pss,
+        "floor_mb": (health.get("sessions") or {}).get("memory_floor_mb") or 0,
+        "max_sessions": (health.get("sessions") or {}).get("max"),
+    }
+
+
+def per_session(row: dict) -> tuple[float, float | None]:
+    """MiB one idle session took: by the fall of MemAvailable, and by the Pss of its processes (None if unknown)."""
+    drop = (row["mem_before"] - row["mem_idle"]) / row["sessions"]
+    return drop, (row["pss"] / row["sessions"] if row["pss"] is not None else None)
+
+
+def render_sessions(rows: list[dict], meta: dict) -> str:
+    """The sessions section: what this run measured, and how many idle sessions fit above the memory floor."""
+    lines = [
+        "## Sandbox sessions",
+        "",
+        f"Measured {meta['date']} by `bench/sandbox_bench.py --sessions {rows[0]['sessions']}` on {meta['machine']}; "
+        f"server: isolation `{meta['isolation']}`, {meta['slots']} slots, --max-sessions {rows[0]['max_sessions']}, "
+        f"memory floor {rows[0]['floor_mb']} MiB. Per first cell: that many sessions opened "
+        f"{meta['concurrency']} at a time, a second cell in each, then all idle (stopped) before memory was read. "
+        "MemAvailable is the host's (other work moves it too); Pss counts the sessions' own processes (their "
+        "interpreters and bwrap), shared pages split among the processes that map them.",
+        "",
+        "| first cell | sessions | live when idle | opened in s | first cell p50 / p99 ms | later cell p50 ms "
+        "| MemAvailable fall per session MiB | Pss per session MiB | idle sessions that fit above the floor |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        drop, pss = per_session(row)
+        cost = max(drop, pss or 0.0)
+        fit = int((row["mem_before"] - row["floor_mb"]) / cost) if cost > 0 else None
+        lines.append(
+            f"| {row['cell']}: `{SESSION_CELLS[row['cell']].replace(chr(10), '; ')}` | {row['sessions']} "
+            f"| {row['live']} | {row['opened_s']:.1f} "
+            f"| {row['first_p50']:.1f} / {row['first_p99']:.1f} | {row['later_p50']:.1f} | {drop:.1f} "
+            f"| {'-' if pss is None else f'{pss:.1f}'} | {'-' if fit is None else fit} |"
+        )
+    lines += ["", "The last column divides MemAvailable before the sessions, less the floor, by the larger of the two "
+              "per-session figures: the idle sessions of that kind this host could hold before the floor evicts any."]
+    return "\n".join(lines) + "\n"
+
+
 def write_section(path: Path, section: str, mode: str) -> None:
     """Replace the ``mode`` sandbox section of ``path`` (between its markers) or append it; others stay."""
     replace_section(path, f"sandbox-bench-{mode}", section)
@@ -314,12 +446,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=60, help="requests per cell (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up requests per cell (default: %(default)s)")
     parser.add_argument("--concurrency", default="1,2,8,32", help="comma-separated levels (default: %(default)s)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of the workloads")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads (default: %(default)s; also: {', '.join(EXTRA_WORKLOADS)})")
     parser.add_argument("--burst-jobs", type=int, default=16, help="CPU-bound jobs sent at once (default: %(default)s)")
     parser.add_argument("--fresh-sandbox-per-run", action="store_true",
                         help="start the server in fresh mode (a new sandbox per run) instead of fork mode")
     parser.add_argument("--preimport", default=None,
                         help="--preimport of the started server (default: the server's default)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="--slots of the started server (default: the server's default for this host)")
+    parser.add_argument("--sessions", type=int, default=0,
+                        help="instead of the latency table: open this many stateful sessions per first cell and "
+                             "measure the memory an idle one holds (see SESSION_CELLS)")
+    parser.add_argument("--session-cells", default=",".join(SESSION_CELLS),
+                        help="first cells for --sessions (default: %(default)s)")
+    parser.add_argument("--session-concurrency", type=int, default=4,
+                        help="sessions opened at a time with --sessions (default: %(default)s)")
     parser.add_argument("--output", type=Path, help="Markdown file whose Sandbox section (per mode) gets the table")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--from-json", type=Path, help="only re-render a table from an earlier --json file")
@@ -331,21 +473,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.output:
             write_section(args.output, section, saved["meta"].get("mode", "fresh"))
         return 0
+    if args.sessions:
+        return _sessions_main(args)
     levels = [int(x) for x in args.concurrency.split(",")]
     names = [w.strip() for w in args.workloads.split(",")]
-    unknown = [n for n in names if n not in WORKLOADS]
+    workloads = {**WORKLOADS, **EXTRA_WORKLOADS}
+    unknown = [n for n in names if n not in workloads]
     if unknown:
-        parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
+        parser.error(f"unknown workloads {unknown}; choose from {list(workloads)}")
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     server = nullcontext(args.url) if args.url else running_sandbox(
         python=args.python, queue_timeout=120, max_timeout=60, fresh_sandbox_per_run=args.fresh_sandbox_per_run,
-        preimport=args.preimport)
+        preimport=args.preimport, slots=args.slots)
     with server as url:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-                health = json.loads(resp.read())
-        except urllib.error.HTTPError:  # not a retool-sandbox (SandboxFusion has no /health)
-            health = {"mode": "external"}
+        # None: not a retool-sandbox (SandboxFusion has no /health)
+        health = SandboxClient(url).health(timeout=10) or {"mode": "external"}
         results = []
         for name in names:
             for level in levels:
@@ -354,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                     sides["sandboxfusion"] = lambda c: _sandbox_call(args.sandboxfusion_url, c,
                                                                      args.sandboxfusion_memory_mb)
                 row = {"workload": name, "concurrency": level}
-                row.update(_cells(sides, WORKLOADS[name], level, args.requests, args.warmup))
+                row.update(_cells(sides, workloads[name], level, args.requests, args.warmup))
                 print(json.dumps(row), flush=True)
                 results.append(row)
         burst = _burst(url, args.burst_jobs)
@@ -379,6 +521,32 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.output, section, meta["mode"])
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results, "burst": burst}, indent=2))
+    return 0
+
+
+
+def _sessions_main(args: argparse.Namespace) -> int:
+    names = [name.strip() for name in args.session_cells.split(",")]
+    unknown = [name for name in names if name not in SESSION_CELLS]
+    if unknown:
+        raise SystemExit(f"unknown --session-cells {unknown}; choose from {list(SESSION_CELLS)}")
+    server = nullcontext(args.url) if args.url else running_sandbox(
+        python=args.python, queue_timeout=120, max_timeout=60, slots=args.slots,
+        max_sessions=max(args.sessions, 1024))
+    with server as url:
+        health = SandboxClient(url).health(timeout=10) or {}
+        rows = []
+        for name in names:
+            rows.append(measure_sessions(url, args.sessions, name, args.session_concurrency))
+            print(json.dumps(rows[-1]), flush=True)
+    meta = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolation": health.get("isolation"),
+            "slots": health.get("slots"), "concurrency": args.session_concurrency}
+    section = render_sessions(rows, meta)
+    print(section)
+    if args.output:
+        replace_section(args.output, "sandbox-bench-sessions", section)
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "sessions": rows}, indent=2))
     return 0
 
 

@@ -7,8 +7,9 @@ answers, per metric: how much did it change between the first and the last valid
 
 The comparison is paired by prompt: the same held-out prompts are validated before and after, each sampled ``n``
 times, so the unit is the prompt's mean (samples of one prompt are not independent). The interval is Student's t on
-the per-prompt differences; "rose" / "fell" means the whole interval lies above / below zero, anything else is
-"no clear change". Training curves (tool use and score per step) come from the rollout dumps.
+the per-prompt differences, its quantile from scipy.stats with the exact degrees of freedom (prompts - 1);
+"rose" / "fell" means the whole interval lies above / below zero, anything else is "no clear change". Training
+curves (tool use, score and, where the reward recorded it, accuracy per step) come from the rollout dumps.
 
 verl's dumps do not say which validation file a sample came from, so a run validated on several sets is narrowed
 to one by that set's prompts (``--val-file``: the RL parquet; a sample belongs to it when its rendered prompt
@@ -31,10 +32,7 @@ from typing import Any
 
 METRICS = ("used_tool", "score", "acc")
 TOOL_RESPONSE = "<tool_response>"  # in a decoded trajectory once per executed tool round
-# two-sided 97.5% quantiles of Student's t for small degrees of freedom; normal beyond the table
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+CONFIDENCE = 0.95
 
 
 class LearningDataError(ValueError):
@@ -69,13 +67,12 @@ class Change:
 
 
 def t_quantile(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (table, conservative between rows)."""
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (scipy.stats.t)."""
+    from scipy.stats import t
+
     if df < 1:
         raise ValueError("a t interval needs at least 2 prompts")
-    for bound in sorted(_T975):
-        if df <= bound:
-            return _T975[bound]
-    return 1.960
+    return float(t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 def read_dump(path: Path) -> list[dict[str, Any]]:
@@ -169,11 +166,16 @@ def validation_changes(folder: Path, prompts: list[str] | None = None,
 
 
 def training_curve(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Per training step: the fraction of trajectories with an executed tool round, and the mean score."""
-    curve: dict[str, list[tuple[int, float]]] = {"used_tool": [], "score": []}
+    """Per training step: the fraction of trajectories with an executed tool round, the mean score, and the mean
+    accuracy when every record of the dump carries the reward's ``acc``."""
+    curve: dict[str, list[tuple[int, float]]] = {"used_tool": [], "score": [], "acc": []}
     for step, records in dumps_by_step(folder).items():
         curve["used_tool"].append((step, statistics.fmean(metric_value(r, "used_tool") for r in records)))
         curve["score"].append((step, statistics.fmean(float(r["score"]) for r in records)))
+        if all("acc" in r for r in records):
+            curve["acc"].append((step, statistics.fmean(metric_value(r, "acc") for r in records)))
+    if not curve["acc"]:
+        del curve["acc"]
     return curve
 
 

@@ -8,7 +8,9 @@ fields (``outcome_fields``); verl logs reward fields of validation rollouts as `
 Keys (counts per trajectory, 0 when the model made no call):
 ``tool_calls`` every call; ``tool_ok`` exit 0; ``tool_error`` non-zero exit or unusable arguments; ``tool_timeout``
 the run hit its time limit; ``tool_unavailable`` no result (sandbox down, HTTP error, sandbox-side error);
-``tool_truncated`` the output was cut to ``max_output_chars``. Kept free of verl imports (the reward imports it).
+``tool_truncated`` the output was cut to ``max_output_chars``; ``tool_session_lost`` a session call found its
+session's earlier state gone (the sandbox restarted or evicted it); ``trajectory_masked`` 1 when the recipe's agent
+loop kept the trajectory out of the loss because a call got no answer (retool.agent_loop). Kept free of verl imports (the reward imports it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-OUTCOME_KEYS = ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated")
+OUTCOME_KEYS = ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated",
+                "tool_session_lost", "trajectory_masked")
 _KEY_OF_STATUS = {
     "ok": "tool_ok",
     "error_exit": "tool_error",
@@ -25,6 +28,7 @@ _KEY_OF_STATUS = {
     "sandbox_error": "tool_unavailable",
     "unavailable": "tool_unavailable",
 }
+_FLAGS = (("tool_truncated", "truncated_chars"), ("tool_session_lost", "session_lost"))  # (key, the metric that sets it)
 
 
 def record(extra_fields: MutableMapping[str, Any], metrics: Mapping[str, Any]) -> None:
@@ -32,10 +36,10 @@ def record(extra_fields: MutableMapping[str, Any], metrics: Mapping[str, Any]) -
     status = metrics.get("status")
     if status not in _KEY_OF_STATUS:
         raise ValueError(f"unknown tool status {status!r}; expected one of {sorted(_KEY_OF_STATUS)}")
-    for key in ("tool_calls", _KEY_OF_STATUS[status]):
+    counted = ["tool_calls", _KEY_OF_STATUS[status]]
+    counted += [key for key, metric in _FLAGS if metrics.get(metric, 0) > 0]
+    for key in counted:
         extra_fields[key] = int(extra_fields.get(key, 0)) + 1
-    if metrics.get("truncated_chars", 0) > 0:
-        extra_fields["tool_truncated"] = int(extra_fields.get("tool_truncated", 0)) + 1
 
 
 def outcome_fields(extra_info: Mapping[str, Any]) -> dict[str, float]:

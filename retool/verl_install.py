@@ -28,7 +28,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from retool.constants import REPO_ROOT
+
 PATCH_DIR = REPO_ROOT / "patches"
 DEFAULT_GIT_URL = "https://github.com/volcengine/verl.git"
 

@@ -1,11 +1,30 @@
 #!/usr/bin/env bash
 # System packages the recipe needs: bubblewrap for the embedded code sandbox's strongest isolation tier, plus the
-# util-linux/procps/coreutils tools it drives (setpriv, kill; ipcrm, rm, chmod for the per-run sweep). Idempotent: installs only what is missing, and only
-# as root with apt-get; otherwise it says what to run. Never fails the setup: the sandbox falls back and says so.
-set -euo pipefail
+# util-linux/procps/coreutils tools it drives (setpriv, kill; ipcrm, rm, chmod for the per-run sweep).
+# Debian/Ubuntu (apt-get) and openEuler / CentOS / RHEL-family images (dnf, else yum); the package is `bubblewrap`
+# on both. Idempotent: installs only what is missing, and only as root; otherwise it says what to run. Never fails
+# the setup (always exits 0): without bubblewrap the sandbox falls back to a weaker tier and says so in
+# `retool-sandbox probe` and /health.
+set -uo pipefail
 
-declare -A PACKAGE_OF=([bwrap]=bubblewrap [setpriv]=util-linux [kill]=procps [ipcrm]=util-linux [rm]=coreutils
-                      [chmod]=coreutils)
+say() { echo "[system-packages] $*"; }
+warn() { echo "[system-packages] $*" >&2; }
+
+if command -v apt-get >/dev/null 2>&1; then
+  manager=apt-get
+  declare -A PACKAGE_OF=([bwrap]=bubblewrap [setpriv]=util-linux [kill]=procps [ipcrm]=util-linux
+                         [rm]=coreutils [chmod]=coreutils)
+elif command -v dnf >/dev/null 2>&1 || command -v yum >/dev/null 2>&1; then
+  manager=$(command -v dnf >/dev/null 2>&1 && echo dnf || echo yum)
+  # On RHEL-family systems /usr/bin/kill comes with util-linux.
+  declare -A PACKAGE_OF=([bwrap]=bubblewrap [setpriv]=util-linux [kill]=util-linux [ipcrm]=util-linux
+                         [rm]=coreutils [chmod]=coreutils)
+else
+  manager=""
+  declare -A PACKAGE_OF=([bwrap]=bubblewrap [setpriv]=util-linux [kill]=procps [ipcrm]=util-linux
+                         [rm]=coreutils [chmod]=coreutils)
+fi
+
 missing=()
 for tool in bwrap setpriv kill ipcrm rm chmod; do
   if ! PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH" command -v "$tool" >/dev/null 2>&1; then
@@ -14,17 +33,39 @@ for tool in bwrap setpriv kill ipcrm rm chmod; do
   fi
 done
 
+bwrap_version() { bwrap --version 2>/dev/null | awk '{print $2}'; }
+
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "[system-packages] ok: bubblewrap $(bwrap --version | awk '{print $2}'), setpriv, kill, ipcrm, rm and chmod present"
+  say "ok: bubblewrap $(bwrap_version), setpriv, kill, ipcrm, rm and chmod present"
   exit 0
 fi
-if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "[system-packages] missing: ${missing[*]}; install them as root (Debian/Ubuntu:" \
-       "apt-get install -y ${missing[*]}). Until then the sandbox uses a weaker isolation tier." >&2
+if [[ $(id -u) -ne 0 || -z "$manager" ]]; then
+  warn "missing: ${missing[*]}; install them as root (Debian/Ubuntu: apt-get install -y ${missing[*]};" \
+       "openEuler/CentOS/RHEL: dnf install -y ${missing[*]} or yum install -y ${missing[*]})." \
+       "Until then the sandbox uses a weaker isolation tier."
   exit 0
 fi
-echo "[system-packages] installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "[system-packages] installed: ${missing[*]} (bubblewrap $(bwrap --version | awk '{print $2}'))"
+
+say "installing with $manager: ${missing[*]}"
+case "$manager" in
+  apt-get)
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null 2>&1 || warn "apt-get update failed; trying the package lists at hand"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    ;;
+  *)
+    "$manager" install -y -q "${missing[@]}" >/dev/null
+    ;;
+esac
+status=$?
+if [[ $status -ne 0 ]]; then
+  warn "$manager could not install ${missing[*]} (exit $status): no repository that has them, or no network." \
+       "The sandbox runs with a weaker isolation tier until they are installed; see \`retool-sandbox probe\`."
+  exit 0
+fi
+if ! PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH" command -v bwrap >/dev/null 2>&1; then
+  warn "$manager reported success but bwrap is still not on PATH; see \`retool-sandbox probe\`."
+  exit 0
+fi
+say "installed: ${missing[*]} (bubblewrap $(bwrap_version))"
+exit 0

@@ -122,16 +122,7 @@ def _dir_source(path: Path, split: str | None) -> RowSource:
     # A directory written by datasets' save_to_disk (a Dataset or a DatasetDict).
     if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
         return _datasets_source(_load_from_disk(path), str(path), split)
-    files = sorted(
-        p
-        for p in path.rglob("*")
-        if p.is_file()
-        and p.suffix in DATA_SUFFIXES
-        and p.name not in _METADATA_FILES
-        and not any(part.startswith(".") for part in p.relative_to(path).parts)
-    )
-    if split is not None:
-        files = [p for p in files if split in p.relative_to(path).as_posix()]
+    files = data_files(path, split)
     if not files:
         wanted = f" whose path contains {split!r}" if split else ""
         raise DataSourceError(f"{path}: no {'/'.join(DATA_SUFFIXES)} data files{wanted} found in this directory")
@@ -143,6 +134,20 @@ def _dir_source(path: Path, split: str | None) -> RowSource:
             yield from one
 
     return RowSource(description, sources[0].columns, iterate)
+
+
+def data_files(path: Path, split: str | None = None) -> list[Path]:
+    """The data files of a dataset directory (a hub snapshot): every parquet / jsonl / json file below it except
+    metadata and hidden folders (a snapshot's .cache/), sorted; with ``split``, those whose path contains it."""
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and p.suffix in DATA_SUFFIXES
+        and p.name not in _METADATA_FILES
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+    return files if split is None else [p for p in files if split in p.relative_to(path).as_posix()]
 
 
 def _load_from_disk(path: Path):

@@ -1,28 +1,28 @@
 """The user-prompt text of SFT rows, RL training rows and validation rows, in two named styles.
 
-``reference`` (the default) reproduces the reference run (docs/reference.md, "Prompts"):
-- RL and validation rows: the source's own prompt text, unchanged, followed by REFERENCE_ANSWER_FORMAT (a newline
+``verl_retool`` (the default) is the text of verl's recipe/retool converters, which the reference run used
+(docs/reference.md, "Prompts"):
+- RL and validation rows: the source's own prompt text, unchanged, followed by VERL_RETOOL_ANSWER_FORMAT (a newline
   and "The answer format must be: \\boxed{'The final answer goes here.'}"). For DAPO-Math-17k the source text is the
   whole user message, DAPO's "Answer:" instruction included; for AIME it is the problem text.
 - SFT rows: the ReTool-SFT user turn after its ``*user question:*`` marker with the ``<answer>``/``</answer>`` tags
   removed and the ends stripped, so the trailing "Remember to place the final answer in the last part using the
   format: ... \\boxed{{'The final answer goes here.'}}" line stays (doubled braces and all, as in the data).
 
-``recipe`` is this recipe's own wording: the bare problem or question, a blank line, then ANSWER_INSTRUCTION, for
-SFT, RL and validation alike. A model then sees one prompt shape at every stage; the CPU smoke run uses it because
-its tiny model cannot bridge the reference's two shapes (retool.smoke.build).
+``qwen_boxed`` (the improved profile's): the bare problem or question, a blank line, then ANSWER_INSTRUCTION (the
+boxed-answer instruction of Qwen's math models), for SFT, RL and validation alike. A model then sees one prompt
+shape at every stage; the CPU smoke run uses it because its tiny model cannot bridge the reference's two shapes
+(retool.smoke.build).
 """
 
 from __future__ import annotations
 
-import argparse
+PROMPT_STYLES = ("verl_retool", "qwen_boxed")
+DEFAULT_PROMPT_STYLE = "verl_retool"
 
-PROMPT_STYLES = ("reference", "recipe")
-DEFAULT_PROMPT_STYLE = "reference"
-
-# Appended by the reference to every RL and validation prompt (the string starts with the newline).
-REFERENCE_ANSWER_FORMAT = "\nThe answer format must be: \\boxed{'The final answer goes here.'}"
-# The recipe style's instruction, after a blank line.
+# Appended by verl's recipe/retool to every RL and validation prompt (the string starts with the newline).
+VERL_RETOOL_ANSWER_FORMAT = "\nThe answer format must be: \\boxed{'The final answer goes here.'}"
+# The qwen_boxed style's instruction, after a blank line.
 ANSWER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
@@ -33,19 +33,11 @@ def check_prompt_style(style: str) -> str:
     return style
 
 
-def recipe_prompt(problem: str) -> str:
-    """The recipe style: the problem (ends stripped), a blank line, then ANSWER_INSTRUCTION."""
+def qwen_boxed_prompt(problem: str) -> str:
+    """The qwen_boxed style: the problem (ends stripped), a blank line, then ANSWER_INSTRUCTION."""
     return f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
 
 
-def reference_prompt(source_text: str) -> str:
-    """The reference style for RL and validation rows: the source text as it is, then REFERENCE_ANSWER_FORMAT."""
-    return f"{source_text}{REFERENCE_ANSWER_FORMAT}"
-
-
-def add_prompt_style_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--prompt-style`` option of every tool that writes or converts prompts."""
-    parser.add_argument(
-        "--prompt-style", choices=PROMPT_STYLES, default=DEFAULT_PROMPT_STYLE,
-        help="user prompt wording: 'reference' (the reference run's text, default) or 'recipe' (question + "
-             "'Please reason step by step, ...' at every stage); docs/reference.md")
+def verl_retool_prompt(source_text: str) -> str:
+    """The verl_retool style for RL and validation rows: the source text as it is, then VERL_RETOOL_ANSWER_FORMAT."""
+    return f"{source_text}{VERL_RETOOL_ANSWER_FORMAT}"

@@ -4,10 +4,10 @@ Inputs: DAPO-Math-17k's layout (`prompt`, `reward_model`, `extra_info`) or an AI
 Problem/Answer/ID columns). Each output row:
 - `data_source`: "math_dapo", "aime_2024" or "aime_2025" (it names the validation curves,
   e.g. `val-core/aime_2025/acc/mean@30`);
-- `prompt`: one user message in the chosen prompt style (retool.data.prompt). `reference` (default), as the
+- `prompt`: one user message in the chosen prompt style (retool.data.prompt). `verl_retool` (default), as the
   reference run: the source text unchanged (DAPO: the whole user message, its "Answer:" instruction included; AIME:
-  the problem), a newline and "The answer format must be: \\boxed{'The final answer goes here.'}". `recipe`: the bare
-  problem (DAPO's fixed prefix and suffix removed), a blank line and the recipe's `\\boxed{}` instruction;
+  the problem), a newline and "The answer format must be: \\boxed{'The final answer goes here.'}". `qwen_boxed`: the
+  bare problem (DAPO's fixed prefix and suffix removed), a blank line and the `\\boxed{}` instruction;
 - `ability` "MATH"; `reward_model` {style: "rule", ground_truth: str} (AIME answers as plain integers, "025" -> "25");
 - `extra_info`: index (DAPO's UUID, or the AIME id, always a string), split, question (the bare problem),
   need_tools_kwargs, tools_kwargs {code_interpreter: {create_kwargs: {ground_truth}}};
@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from retool.constants import TOOL_NAME
 from retool.data.io import (
     ConversionError,
     DataSourceError,
@@ -41,15 +42,13 @@ from retool.data.io import (
     skipped_rows_lines,
     write_parquet,
 )
+from retool.profiles import add_profile_arguments, resolve_profile_arguments
 from retool.data.prompt import (
     DEFAULT_PROMPT_STYLE,
-    add_prompt_style_argument,
     check_prompt_style,
-    recipe_prompt,
-    reference_prompt,
+    qwen_boxed_prompt,
+    verl_retool_prompt,
 )
-
-TOOL_NAME = "code_interpreter"
 AGENT_NAME = "tool_agent"
 DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -94,7 +93,7 @@ RL_SCHEMA = pa.schema(
 def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = None,
                 prompt_style: str = DEFAULT_PROMPT_STYLE) -> dict[str, Any]:
     """One raw row of `source` ("dapo", "aime2024", "aime2025") -> an RL row, its prompt in `prompt_style`
-    ("reference" or "recipe"). Raises ConversionError (with `.kind`). Observations that do not stop the conversion
+    ("verl_retool" or "qwen_boxed"). Raises ConversionError (with `.kind`). Observations that do not stop the conversion
     (a DAPO prompt without its Answer: instruction) go to `notes`."""
     if source not in DATA_SOURCES:
         raise ValueError(f"source must be one of {list(DATA_SOURCES)}, got {source!r}")
@@ -104,7 +103,7 @@ def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = N
     notes = [] if notes is None else notes
     fields = _dapo_fields(raw, notes) if source == "dapo" else _aime_fields(raw)
     source_text, problem, ground_truth, index = fields
-    prompt = reference_prompt(source_text) if prompt_style == "reference" else recipe_prompt(problem)
+    prompt = verl_retool_prompt(source_text) if prompt_style == "verl_retool" else qwen_boxed_prompt(problem)
     return {
         "data_source": DATA_SOURCES[source],
         "prompt": [{"role": "user", "content": prompt}],
@@ -228,7 +227,7 @@ def prepare(
 ) -> dict[str, Any]:
     """Convert `input` (hub id, parquet/jsonl file or dataset directory) into an RL parquet file at `output`.
 
-    source: "auto" | "dapo" | "aime2024" | "aime2025". prompt_style: "reference" (default) | "recipe" (module
+    source: "auto" | "dapo" | "aime2024" | "aime2025". prompt_style: "verl_retool" (default) | "qwen_boxed" (module
     docstring). dedupe: keep one row per index and per problem text.
     limit: stop after this many written rows. on_error: "skip" (unconvertible rows are reported) or "fail" (the first
     one raises ConversionError naming its index; nothing is written). Returns a summary dict: source, data_source,
@@ -330,9 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="input layout; auto detects it from columns, rows and name (default: %(default)s)")
     parser.add_argument("--dedupe", action="store_true", help="keep one row per index and per problem text")
     parser.add_argument("--limit", type=_positive_int, default=None, help="write at most this many rows")
-    add_prompt_style_argument(parser)
+    add_profile_arguments(parser)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
+    resolve_profile_arguments(args)
     return run_conversion(
         "retool-prepare-rl",
         lambda: prepare(args.input, args.output, source=args.source, dedupe=args.dedupe, limit=args.limit,

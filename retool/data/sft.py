@@ -6,11 +6,11 @@ line. The assistant turn is one string interleaving free text, `<code>```python 
 `<interpreter>output</interpreter>` blocks, and a final `<answer>\\boxed{N}</answer>`.
 
 Converted row:
-- `messages`: the user turn depends on the prompt style (retool.data.prompt). `reference` (default), as the
+- `messages`: the user turn depends on the prompt style (retool.data.prompt). `verl_retool` (default), as the
   reference run: everything after the `*user question:*` marker with the `<answer>`/`</answer>` tags removed and
   the ends stripped, i.e. the question and the "Remember to place the final answer ... \\boxed{{...}}" line.
-  `recipe`: `recipe_prompt(question)`, the question plus the recipe's boxed-answer instruction (the text of its RL
-  and validation prompts). Either way the instruction template before the marker (it describes the old
+  `qwen_boxed`: `qwen_boxed_prompt(question)`, the question plus the boxed-answer instruction (the text of that
+  style's RL and validation prompts). Either way the instruction template before the marker (it describes the old
   <code>/<interpreter> tag protocol) is dropped. Each code block becomes an assistant message (the text before it
   as `content`) with one `tool_calls` entry `{type: function, function: {name: code_interpreter, arguments:
   {"code": ...}}}`, followed by a `tool` message holding the interpreter output. The last assistant message holds
@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from retool.constants import REPO_ROOT, TOOL_NAME
 from retool.data.io import (
     ConversionError,
     DataSourceError,
@@ -50,16 +51,14 @@ from retool.data.io import (
     skipped_rows_lines,
     write_parquet,
 )
+from retool.profiles import add_profile_arguments, resolve_profile_arguments
 from retool.data.prompt import (
     DEFAULT_PROMPT_STYLE,
-    add_prompt_style_argument,
     check_prompt_style,
-    recipe_prompt,
+    qwen_boxed_prompt,
 )
-
-TOOL_NAME = "code_interpreter"
 QUESTION_MARKER = "*user question:*"
-DEFAULT_TOOL_CONFIG = Path("configs/tool.yaml")
+DEFAULT_TOOL_CONFIG = REPO_ROOT / "configs" / "tool.yaml"  # the reference profile's
 OWN_TOOL_CLASS = "retool.tool.CodeInterpreterTool"
 
 # The raw trailing format line: "Remember to place the final answer in the last part using the format: \n<answer>..."
@@ -95,7 +94,8 @@ def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
 
     An entry whose `tool_schema.function.name` is code_interpreter wins. Otherwise an entry of class
     `retool.tool.CodeInterpreterTool` without `tool_schema` counts: verl then asks the tool, which answers with
-    `retool.tool_schema.tool_schema()`. Raises ToolConfigError naming the file and key."""
+    `retool.tool_schema.tool_schema(behaviour, session_mode)` of its `config:`. Raises ToolConfigError naming the file
+    and key."""
     path = Path(tool_config)
     if not path.is_file():
         raise ToolConfigError(
@@ -117,9 +117,16 @@ def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
             return canonical_tool_schema(schema, where=f"{path}: tools[{number}].tool_schema")
     for number, entry in enumerate(tools):
         if isinstance(entry, dict) and entry.get("class_name") == OWN_TOOL_CLASS and entry.get("tool_schema") is None:
-            from retool.tool_schema import tool_schema  # light module (no verl), owned by the tool
+            from retool.tool_schema import tool_schema  # light modules (no verl), owned by the tool
+            from retool.tool_settings import ToolSettings
 
-            return canonical_tool_schema(tool_schema(), where=f"{path}: tools[{number}] (retool.tool_schema)")
+            config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+            try:
+                schema = tool_schema(config.get("behaviour", ToolSettings.behaviour),
+                                     config.get("session_mode", ToolSettings.session_mode))
+            except ValueError as exc:
+                raise ToolConfigError(f"{path}: tools[{number}].config: {exc}") from None
+            return canonical_tool_schema(schema, where=f"{path}: tools[{number}] (retool.tool_schema)")
     raise ToolConfigError(
         f"{path}: no entry has tool_schema.function.name == {TOOL_NAME!r} (names found: {names}) "
         f"and no {OWN_TOOL_CLASS} entry without tool_schema")
@@ -176,7 +183,7 @@ def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None,
     """Convert one raw ReTool-SFT row into chat `messages` with tool calls (see the module docstring).
 
     Raises ConversionError (with `.kind`) when the row cannot be converted. If `repairs` is given, the kinds of the
-    repairs applied to this row are appended to it. `prompt_style` ("reference" or "recipe") picks the user turn."""
+    repairs applied to this row are appended to it. `prompt_style` ("verl_retool" or "qwen_boxed") picks the user turn."""
     check_prompt_style(prompt_style)
     repairs = [] if repairs is None else repairs
     if not isinstance(row, Mapping) or row.get("messages") is None:
@@ -207,8 +214,8 @@ def user_turn(user_content: str, prompt_style: str = DEFAULT_PROMPT_STYLE) -> st
     Raises ConversionError("no_question") when the marker is missing or no question follows it (in both styles:
     a row whose question is empty is skipped, though the reference would have kept its bare format line)."""
     question = _question(user_content)
-    if check_prompt_style(prompt_style) == "recipe":
-        return recipe_prompt(question)
+    if check_prompt_style(prompt_style) == "qwen_boxed":
+        return qwen_boxed_prompt(question)
     after_marker = user_content[user_content.index(QUESTION_MARKER) + len(QUESTION_MARKER):]
     return after_marker.replace("<answer>", "").replace("</answer>", "").strip()
 
@@ -343,7 +350,7 @@ def preprocess(
     prompt_style: str = DEFAULT_PROMPT_STYLE,
 ) -> dict[str, Any]:
     """Convert every row of `input` (hub id, parquet/jsonl file or dataset directory) and write `output` (parquet
-    with `messages` and `tools`); `prompt_style` picks the user turn ("reference" or "recipe", module docstring).
+    with `messages` and `tools`); `prompt_style` picks the user turn ("verl_retool" or "qwen_boxed", module docstring).
     Returns a summary dict: prompt_style, rows_read, converted, skipped, skip_reasons {kind: n},
     skipped_rows [{row, kind, reason}], repairs {kind: n}, repaired_rows {kind: [row indices]},
     tool_calls_per_row {calls: rows}. With on_error="fail" the first unconvertible row raises ConversionError
@@ -420,11 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", required=True,
                         help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory")
     parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
-    parser.add_argument("--tool-config", type=Path, default=DEFAULT_TOOL_CONFIG,
-                        help="verl tool YAML holding the code_interpreter schema (default: %(default)s)")
-    add_prompt_style_argument(parser)
+    add_profile_arguments(parser, tool_config=True)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
+    resolve_profile_arguments(args)
     return run_conversion(
         "retool-sft-preprocess",
         lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split,

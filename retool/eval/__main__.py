@@ -2,7 +2,7 @@
 
 import sys
 
-from retool.eval import main
+from retool.eval.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

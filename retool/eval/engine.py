@@ -26,7 +26,7 @@ from verl.utils import hf_tokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
-from retool.eval import Problem
+from retool.eval.problems import Problem
 from retool.reward import compute_score
 
 

@@ -11,6 +11,6 @@ In fork mode (the default with root) programs are forked from a per-slot interpr
 runtime packages (``--preimport``). Requests with a ``session_id`` run as cells of a stateful session, one isolated
 long-lived interpreter per session (``sessions.py``). See docs/sandbox.md.
 
-The server depends only on aiohttp and the standard library; ``retool.sandbox.testing.running_sandbox`` starts a
+The server depends only on aiohttp and the standard library; ``retool.sandbox.spawn.running_sandbox`` starts a
 real server for tests.
 """

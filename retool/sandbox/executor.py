@@ -11,8 +11,8 @@ as the slot's spare while the previous program runs (``runs.FreshRun``); slot ``
 numbers ``2s`` and ``2s+1`` so the spare never shares a uid with the program being swept.
 
 Sessions (``start_session`` / ``run_cell``) are a third way, independent of the mode: a session's own sandbox and
-interpreter runs its cells one after another in one namespace (``runs.SessionSandbox``); ``sessions.py`` decides
-when sessions start and end.
+interpreter runs its cells one after another in one namespace (``session_sandbox.SessionSandbox``);
+``sessions.py`` decides when sessions start and end.
 
 Either way the program runs as ``main.py`` in ``__main__`` (tracebacks, ``sys.argv``, ``sys.path[0]`` and
 ``__file__`` as with ``python main.py``) under the request's rlimits. Contract of ``Executor.run``: the timeout
@@ -20,6 +20,8 @@ clock starts when the program starts (its own report), never during start-up or 
 gets SIGINT (Python flushes its buffers and prints where it was stuck), then the whole tree is killed and the
 partial output is returned as TimeLimitExceeded; stdout and stderr are read continuously into per-stream buffers
 that keep the first ``max_output_bytes`` bytes and count the rest; the work dir is emptied afterwards.
+
+Which isolation tier an executor gets, and its start-up self-test, are in ``tier_choice``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 import math
 import os
@@ -37,24 +38,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from retool.sandbox.isolation import (
-    TIERS,
-    Interpreter,
-    Isolation,
-    IsolationUnavailable,
-    Limits,
-    make_isolation,
-)
-from retool.sandbox.runs import (
-    KILL_GRACE_S,
-    START_TIMEOUT_S,
-    ForkRun,
-    ForkServer,
-    FreshRun,
-    Run,
-    SessionCell,
-    SessionSandbox,
-)
+from retool.sandbox import host
+from retool.sandbox.forkserver import ForkServer
+from retool.sandbox.isolation import Isolation, Limits
+from retool.sandbox.plumbing import KILL_GRACE_S, START_TIMEOUT_S
+from retool.sandbox.runs import ForkRun, FreshRun, Run
+from retool.sandbox.session_sandbox import SessionCell, SessionSandbox
 
 log = logging.getLogger("retool.sandbox")
 
@@ -107,6 +96,7 @@ class RunOutcome:
     files: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
     error: str = ""
+    session: dict | None = None  # a session cell: {"id", "cell" (1 = a fresh interpreter), "lost" (why, or None)}
 
 
 def _safe_relpath(path: str, what: str) -> str:
@@ -415,80 +405,6 @@ async def _wait_started(loop: asyncio.AbstractEventLoop, run: Run, sent: float) 
         loop.remove_reader(run.started_r)
 
 
-PROBE = (
-    "import json, os, sys\n"
-    "caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith('CapEff:')]\n"
-    "print(json.dumps({'uid': os.getuid(), 'shadow': os.path.exists('/etc/shadow'), 'cwd': os.getcwd(),"
-    " 'env': sorted(os.environ), 'python': sys.version.split()[0], 'caps': int(caps[0], 16)}))\n"
-)
-
-
-async def self_test(executor: Executor) -> str | None:
-    """Run a probe program through the full path; return None if the tier works, else the reason."""
-    iso = executor.isolation
-    try:
-        iso.check()
-        out = await executor.run(0, RunSpec(code=PROBE, timeout_s=30, memory_mb=1024))
-    except (IsolationUnavailable, OSError) as exc:
-        return str(exc)
-    if out.status != "Finished" or out.return_code != 0:
-        return f"probe program failed ({out.status}, exit {out.return_code}): {(out.stderr or out.error)[-800:]}"
-    try:
-        info = json.loads(out.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return f"probe program printed unexpected output: {out.stdout[-300:]!r}"
-    expected_uid = iso.uid(0)  # slot 0's first sandbox
-    if expected_uid is not None and info["uid"] != expected_uid:
-        return f"probe ran as uid {info['uid']}, expected the sandbox uid {expected_uid}"
-    if expected_uid is not None and info["caps"]:
-        return f"probe kept capabilities {info['caps']:#x} after dropping to the sandbox uid"
-    if iso.name == "bwrap" and info["shadow"]:
-        return "probe could see /etc/shadow inside bubblewrap"
-    return None
-
-
-async def try_tier(
-    tier: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False, preimport: str = "",
-) -> tuple[Executor | None, str | None]:
-    """An executor for ``tier`` if its checks and self-test pass, else (None, the reason)."""
-    if tier not in TIERS:
-        raise IsolationUnavailable(f"unknown isolation tier {tier!r}; choose auto, {', '.join(TIERS)}")
-    try:
-        executor = Executor(make_isolation(tier, interpreter, uid_base), ceiling, work_root, max_output_bytes, fresh,
-                            preimport)
-    except IsolationUnavailable as exc:
-        return None, str(exc)
-    reason = await self_test(executor)
-    if reason is not None:
-        await executor.close()
-        return None, reason
-    return executor, None
-
-
-async def choose_isolation(
-    requested: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False, preimport: str = "",
-) -> tuple[Executor, list[str]]:
-    """Build the executor for ``requested`` ('auto' = strongest tier whose self-test passes; 'none' only if named).
-
-    Returns the executor and notes on tiers that were skipped. Raises IsolationUnavailable if nothing usable.
-    """
-    notes: list[str] = []
-    for tier in ["bwrap", "rlimit"] if requested == "auto" else [requested]:
-        executor, reason = await try_tier(
-            tier, interpreter, ceiling=ceiling, uid_base=uid_base, work_root=work_root,
-            max_output_bytes=max_output_bytes, fresh=fresh, preimport=preimport,
-        )
-        if executor is not None:
-            return executor, notes
-        notes.append(f"{tier}: {reason}")
-    raise IsolationUnavailable(
-        "no usable isolation tier:\n  " + "\n  ".join(notes)
-        + "\nInstall bubblewrap (scripts/install_system_packages.sh) or, for trusted code only, --isolation none."
-    )
-
-
 def cpu_seconds_for(timeout_s: float) -> int:
     """RLIMIT_CPU backstop: generous enough for multithreaded code, the wall-clock kill is the real limit."""
-    return int(math.ceil(timeout_s)) * max(1, os.cpu_count() or 1) + 5
+    return int(math.ceil(timeout_s)) * host.cores() + 5

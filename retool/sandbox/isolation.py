@@ -1,6 +1,6 @@
 """Isolation tiers: how a sandbox is launched and how everything it started is killed afterwards.
 
-A sandbox is identified by a number ``box``; with root it runs as uid ``uid_base + box`` (see ``reserve_uids``).
+A sandbox is identified by a number ``box``; with root it runs as uid ``uid_base + box`` (see ``uids.reserve_uids``).
 Tiers, strongest first (the server picks the first whose self-test passes, see ``executor.choose_isolation``):
 
 ``bwrap``
@@ -30,14 +30,12 @@ that uid remove every leftover process, including ``setsid``-detached ones.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +43,6 @@ from retool.sandbox.inside import SWEEP_ARG
 
 TIERS = ("bwrap", "rlimit", "none")
 BWRAP_WORKDIR = "/workspace"
-UID_BLOCK = 256  # sandbox uids per server: two per slot, so at most 128 slots
-UID_BLOCKS = range(61000, 65534 - UID_BLOCK, UID_BLOCK)  # 17 blocks, all below nobody (65534)
 _MB = 1024 * 1024
 
 
@@ -109,38 +105,13 @@ class Launch:
     env_tmpdir: str = ""
 
 
-def reserve_uids(base: int | None = None) -> tuple[int, int | None]:
-    """Reserve a block of UID_BLOCK sandbox uids for this server: (first uid, lock fd to keep open).
-
-    Two servers on one host must never share uids, because a uid sweep of one would kill the other's programs.
-    The reservation is an flock on a per-block file in the temp dir, released when the server exits. ``base``
-    picks a block explicitly; otherwise the first free one is taken. Without root no uids are switched, so
-    nothing is reserved (the lock fd is None).
-    """
-    if os.geteuid() != 0:
-        return (base if base is not None else UID_BLOCKS[0]), None
-    for candidate in [base] if base is not None else UID_BLOCKS:
-        path = os.path.join(tempfile.gettempdir(), f"retool-sandbox-uids-{candidate}.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return candidate, fd
-    raise IsolationUnavailable(
-        f"sandbox uids {base}..{base + UID_BLOCK - 1} are in use by another retool-sandbox; pick another --uid-base"
-        if base is not None else f"all {len(UID_BLOCKS)} sandbox uid blocks are in use by other retool-sandbox servers"
-    )
-
-
 @functools.lru_cache(maxsize=None)
 def _tool(name: str) -> str:
     path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
     if path is None:
         package = {"bwrap": "bubblewrap", "rm": "coreutils", "chmod": "coreutils"}.get(name, "util-linux/procps")
         raise IsolationUnavailable(
-            f"`{name}` is not installed: run scripts/install_system_packages.sh (apt-get install {package})"
+            f"`{name}` is not installed: run scripts/install_system_packages.sh (apt-get, dnf or yum install {package})"
         )
     return path
 

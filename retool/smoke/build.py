@@ -2,25 +2,30 @@
 
 Layout written under ``--out DIR``::
 
-    model/                      tiny random Qwen3 + Qwen's BPE trimmed to the tokens of the data below and both
-                                shipped AIME sets (retool.smoke.tokenizer; hermes tool chat template)
+    model/                      tiny Qwen3 + Qwen's BPE trimmed to the tokens of the data below and both shipped AIME
+                                sets (retool.smoke.tokenizer; hermes tool chat template), pre-trained on
+                                data/pretrain.parquet (retool.smoke.pretrain: the tool-call format and copying digits)
     raw/retool_sft/{train,val}.parquet     synthetic_arith rows in the JoeYing/ReTool-SFT layout
+    raw/retool_sft/pretrain.parquet        more of them, every one calling the tool (the pre-training corpus)
     raw/dapo_math/{train,val}.parquet      synthetic_arith rows in the DAPO-Math-17k layout
     data/sft_train.parquet, sft_val.parquet          via retool.data.sft.preprocess (the real converter)
+    data/pretrain.parquet                            the same way
     data/rl_train.parquet, rl_val_synthetic.parquet  via retool.data.rl.prepare, data_source -> "synthetic_arith"
     data/rl_val_aime2025.parquet                     via retool.data.rl.prepare from the vendored AIME 2025 file
-    manifest.json               inputs, row counts, model summary, token-length stats
+    manifest.json               inputs, row counts, model summary, pre-training report (steps, seconds, host, copy
+                                accuracy before and after), token-length stats
 
-Prompts: every converter runs with prompt style ``recipe`` by default (``SMOKE_PROMPT_STYLE``), so SFT rows, RL
-rows and the AIME validation rows all hold the question, a blank line, then "Please reason step by step, ...": the
-tiny model meets in RL the prompt shape it was fine-tuned on. The real run's default, ``reference``, gives SFT
+Prompts and tool: every converter runs with the ``improved`` profile by default (``SMOKE_PROFILE``, retool.profiles),
+so SFT rows, RL rows and the AIME validation rows all hold the question, a blank line, then "Please reason step by
+step, ...": the tiny model meets in RL the prompt shape it was fine-tuned on. The ``reference`` profile gives SFT
 prompts ("<question> ... Remember to place the final answer ...") and RL prompts ("Solve the following math
 problem ... The answer format must be: ...") of different shapes, which a 4B model bridges but a 1.4M-parameter model
-trained for minutes does not (it answers without the tool in RL). ``--prompt-style reference`` builds that variant.
+trained for minutes does not (it answers without the tool in RL). ``--profile reference`` builds that variant.
 
 Idempotent: the data and the model are two steps, in that order (the tokenizer is trimmed to the data); a step is
-skipped when its outputs exist and the manifest records the same options (row counts, seed, shapes, input paths),
-and redone otherwise; new data means a new model. Use ``--force`` after
+skipped when its outputs exist and the manifest records the same options (row counts, seed, shapes, pre-training
+settings, input paths), and redone otherwise; new data means a new model. The model step holds the pre-training,
+the one costly asset (minutes; the manifest states how many): it runs once and is cached like the rest. Use ``--force`` after
 editing an input file or a converter: file contents are not tracked.
 """
 
@@ -37,35 +42,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retool.data.prompt import PROMPT_STYLES
+from retool.profiles import PROFILES, get_profile
 from retool.datasets import dataset_path
 from retool.smoke import task
+from retool.smoke.pretrain import PretrainOptions
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/dapo_math/train.parquet",
-             "raw/dapo_math/val.parquet")
-DATA_FILES = ("data/sft_train.parquet", "data/sft_val.parquet", "data/rl_train.parquet",
-              "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
+RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/retool_sft/pretrain.parquet",
+             "raw/dapo_math/train.parquet", "raw/dapo_math/val.parquet")
+SFT_FILES = {"data/sft_train.parquet": "raw/retool_sft/train.parquet", "data/sft_val.parquet": "raw/retool_sft/val.parquet",
+             "data/pretrain.parquet": "raw/retool_sft/pretrain.parquet"}  # converted -> raw
+DATA_FILES = (*SFT_FILES, "data/rl_train.parquet", "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
 MANIFEST = "manifest.json"
-# One prompt shape for SFT, RL and validation (module docstring).
-SMOKE_PROMPT_STYLE = "recipe"
-
-
-def repo_root() -> Path:
-    """The checkout holding the ``retool`` package (parent of the package directory)."""
-    return Path(__file__).resolve().parents[2]
+# One prompt shape for SFT, RL and validation (module docstring): the improved profile's wording and tool.
+SMOKE_PROFILE = "improved"
 
 
 def default_aime2025() -> Path:
     """$RETOOL_AIME2025, else the AIME 2025 file shipped in the package (retool/datasets)."""
     env = os.environ.get("RETOOL_AIME2025")
     return Path(env) if env else dataset_path("aime2025")
-
-
-def default_tool_config() -> Path:
-    """$RETOOL_TOOL_CONFIG, else configs/tool.yaml of the repository (the schema the real run uses)."""
-    env = os.environ.get("RETOOL_TOOL_CONFIG")
-    return Path(env) if env else repo_root() / "configs" / "tool.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,33 +76,38 @@ class BuildOptions:
     seed: int = 0
     aime2025: Path | None = None  # None: default_aime2025()
     aime_rows: int | None = None  # None: all rows
-    tool_config: Path | None = None  # None: default_tool_config()
-    prompt_style: str = SMOKE_PROMPT_STYLE  # retool.data.prompt style of every converted row
+    profile: str = SMOKE_PROFILE  # retool.profiles: the prompt wording and tool schema of every converted row
     layers: int = 4
     hidden: int = 128
+    pretrain_rows: int = 8192     # tool-using conversations, disjoint from every other split
+    pretrain: PretrainOptions = PretrainOptions()  # steps=0: no pre-training (a random model)
     force: bool = False
 
     def model_inputs(self) -> dict[str, Any]:
-        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed, "vocabulary": "trimmed to the data"}
+        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed, "vocabulary": "trimmed to the data",
+                "pretrain": self.pretrain.inputs()}
 
     def data_inputs(self) -> dict[str, Any]:
         return {
             "sft_rows": self.sft_rows, "sft_val_rows": self.sft_val_rows, "rl_rows": self.rl_rows,
-            "rl_val_rows": self.rl_val_rows, "seed": self.seed, "aime2025": str(self.resolved_aime()),
-            "aime_rows": self.aime_rows, "tool_config": str(self.resolved_tool_config()),
-            "prompt_style": self.prompt_style,
+            "rl_val_rows": self.rl_val_rows, "pretrain_rows": self.pretrain_rows, "seed": self.seed,
+            "aime2025": str(self.resolved_aime()), "aime_rows": self.aime_rows, "profile": self.profile,
         }
 
     def resolved_aime(self) -> Path:
         return Path(self.aime2025) if self.aime2025 is not None else default_aime2025()
 
+    @property
+    def prompt_style(self) -> str:
+        return get_profile(self.profile).prompt_style
+
     def resolved_tool_config(self) -> Path:
-        return Path(self.tool_config) if self.tool_config is not None else default_tool_config()
+        return get_profile(self.profile).tool_config_path
 
 
 def build_assets(opts: BuildOptions) -> dict[str, Any]:
     """Build (or keep, when up to date) every asset under ``opts.out`` and return the manifest written there."""
-    for name in ("sft_rows", "sft_val_rows", "rl_rows", "rl_val_rows"):
+    for name in ("sft_rows", "sft_val_rows", "rl_rows", "rl_val_rows", "pretrain_rows"):
         if getattr(opts, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
     if opts.aime_rows is not None and opts.aime_rows < 1:
@@ -151,14 +152,14 @@ def _check_inputs(opts: BuildOptions) -> None:
             f"AIME 2025 file not found at {aime}; pass --aime2025 PATH or set RETOOL_AIME2025 "
             "(a math-ai/aime25 style jsonl: problem, answer, id)")
     if not tool_config.is_file():
-        raise FileNotFoundError(
-            f"tool config not found at {tool_config}; pass --tool-config PATH or set RETOOL_TOOL_CONFIG "
-            "(the configs/tool.yaml holding the code_interpreter schema)")
+        raise FileNotFoundError(f"the {opts.profile} profile's tool config {tool_config} is missing from the checkout")
 
 
 def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, Any]:
-    """Tokenizer (trimmed to the data under ``out``) then model into a temporary sibling directory, swapped in only
-    when complete."""
+    """Tokenizer (trimmed to the data under ``out``), random model, then its pre-training, into a temporary sibling
+    directory swapped in only when complete."""
+    from retool.platform.cpu_dtype import host_report
+    from retool.smoke.pretrain import pretrain
     from retool.smoke.tiny_model import build_tiny_model
     from retool.smoke.tokenizer import build_qwen_tokenizer
 
@@ -167,6 +168,16 @@ def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, An
     try:
         build_qwen_tokenizer(tmp, keep=lambda full: _vocabulary_texts(full, out))
         summary = build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
+        if opts.pretrain.steps:
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(out / "data/pretrain.parquet").to_pylist()
+            held_out = [r for r in pq.read_table(out / "data/sft_val.parquet").to_pylist() if _uses_tool(r["messages"])]
+            clean = [{"messages": _clean_messages(r["messages"]), "tools": r["tools"]} for r in rows + held_out]
+            report = pretrain(tmp, clean[:len(rows)], clean[len(rows):], opts.pretrain,
+                              log=lambda line: print(line, flush=True))
+            summary["pretrain"] = {**report, "host": host_report()}
+            summary["dtype"] = "float32"
         shutil.rmtree(model_dir, ignore_errors=True)
         tmp.rename(model_dir)
     finally:
@@ -198,7 +209,7 @@ def _vocabulary_texts(full_tokenizer: Any, out: Path) -> list[str]:
     texts = list(TOOL_OUTPUT_TEXTS)
     for rel in DATA_FILES:
         for row in pq.read_table(out / rel).to_pylist():
-            if rel.startswith("data/sft"):
+            if rel in SFT_FILES:
                 texts.append(render(row["messages"], row["tools"], False))
             else:
                 texts.append(render(row["prompt"], tools, True))
@@ -211,13 +222,15 @@ def _vocabulary_texts(full_tokenizer: Any, out: Path) -> list[str]:
 
 
 def _write_raw(out: Path, opts: BuildOptions) -> dict[str, Any]:
+    # the pre-training split comes last, so adding it left the earlier splits as they were
     splits = task.make_splits(
         {"sft_train": opts.sft_rows, "sft_val": opts.sft_val_rows, "rl_train": opts.rl_rows,
-         "rl_val": opts.rl_val_rows}, opts.seed)
+         "rl_val": opts.rl_val_rows, "pretrain": opts.pretrain_rows}, opts.seed)
     # distinct sub-seeds so trace wording and UUIDs differ between splits
     tables = {
         "raw/retool_sft/train.parquet": task.sft_rows(splits["sft_train"], opts.seed + 1),
         "raw/retool_sft/val.parquet": task.sft_rows(splits["sft_val"], opts.seed + 2),
+        "raw/retool_sft/pretrain.parquet": task.sft_rows(splits["pretrain"], opts.seed + 5, tool_fraction=1.0),
         "raw/dapo_math/train.parquet": task.rl_rows(splits["rl_train"], opts.seed + 3),
         "raw/dapo_math/val.parquet": task.rl_rows(splits["rl_val"], opts.seed + 4),
     }
@@ -233,8 +246,7 @@ def _convert(out: Path, opts: BuildOptions) -> dict[str, Any]:
 
     summaries: dict[str, Any] = {}
     try:
-        for dst, src in (("data/sft_train.parquet", "raw/retool_sft/train.parquet"),
-                         ("data/sft_val.parquet", "raw/retool_sft/val.parquet")):
+        for dst, src in SFT_FILES.items():
             summaries[dst] = _jsonable(preprocess(out / src, _tmp_path(out / dst), opts.resolved_tool_config(),
                                                   on_error="skip", prompt_style=opts.prompt_style))
             _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
@@ -270,7 +282,7 @@ def _describe_data(out: Path) -> dict[str, Any]:
     for rel in DATA_FILES:
         rows = pq.read_table(out / rel).to_pylist()
         info: dict[str, Any] = {"rows": len(rows)}
-        if rel.startswith("data/sft"):
+        if rel in SFT_FILES:
             info["tool_rate"] = round(sum(_uses_tool(r["messages"]) for r in rows) / len(rows), 4)
             info["conversation_tokens"] = _stats(
                 [_n_tokens(tokenizer, _clean_messages(r["messages"]), r["tools"], False) for r in rows])
@@ -376,20 +388,23 @@ def parse_args(argv: list[str] | None = None) -> BuildOptions:
     p.add_argument("--aime2025", type=Path, default=None,
                    help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)")
     p.add_argument("--aime-rows", type=int, default=None, help="keep only the first K AIME rows (default: all)")
-    p.add_argument("--tool-config", type=Path, default=None,
-                   help="tool config with the code_interpreter schema (default: $RETOOL_TOOL_CONFIG or "
-                        "<repo>/configs/tool.yaml)")
-    p.add_argument("--prompt-style", choices=PROMPT_STYLES, default=BuildOptions.prompt_style,
-                   help="prompt wording of every converted row (default: %(default)s, one shape for SFT and RL; "
-                        "see the module docstring)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default=BuildOptions.profile,
+                   help="retool.profiles profile whose prompt wording and tool schema the data gets (default: "
+                        "%(default)s, one prompt shape for SFT and RL; see the module docstring)")
     p.add_argument("--layers", type=int, default=BuildOptions.layers, help="decoder layers of the tiny model")
     p.add_argument("--hidden", type=int, default=BuildOptions.hidden, help="hidden size of the tiny model")
+    p.add_argument("--pretrain-rows", type=int, default=BuildOptions.pretrain_rows,
+                   help="tool-using conversations to pre-train on (default: %(default)s)")
+    p.add_argument("--pretrain-steps", type=int, default=PretrainOptions.steps,
+                   help="pre-training steps (default: %(default)s; 0 keeps the random model)")
     p.add_argument("--force", action="store_true", help="rebuild everything even if up to date")
     a = p.parse_args(argv)
+    if a.pretrain_steps < 0:
+        p.error(f"--pretrain-steps must be >= 0, got {a.pretrain_steps}")
     return BuildOptions(out=a.out, sft_rows=a.sft_rows, sft_val_rows=a.sft_val_rows, rl_rows=a.rl_rows,
                         rl_val_rows=a.rl_val_rows, seed=a.seed, aime2025=a.aime2025, aime_rows=a.aime_rows,
-                        tool_config=a.tool_config, prompt_style=a.prompt_style, layers=a.layers, hidden=a.hidden,
-                        force=a.force)
+                        profile=a.profile, layers=a.layers, hidden=a.hidden, pretrain_rows=a.pretrain_rows,
+                        pretrain=PretrainOptions(steps=a.pretrain_steps), force=a.force)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
     model = manifest["model"]
     print(f"model: {model['architecture']} {model['num_parameters']:,} parameters "
           f"({'built' if manifest['model_built'] else 'up to date'}) -> {model['path']}")
+    if model.get("pretrain"):
+        report = model["pretrain"]
+        print(f"pre-training: {report['options']['steps']} steps in {report['train_seconds']} s, digit runs copied "
+              f"exactly {report['copy_before']['digit_runs_exact']} -> {report['copy_after']['digit_runs_exact']}")
     for rel, info in manifest["data"].items():
         tokens = info["prompt_tokens"]
         extra = f", conversation max {info['conversation_tokens']['max']}" if "conversation_tokens" in info else ""

@@ -1,21 +1,25 @@
-"""The smoke's RL stage run again from an SFT'd tiny model, optionally on a control reward, with its learning report.
+"""The smoke's RL stage run again from an SFT'd tiny model, optionally with another seed or a control, with its report.
 
-The smoke's RL stage is itself the learning-signal run: it validates on the held-out synthetic problems before and
-after training (configs/smoke/dapo.yaml). This module repeats that stage with the same launcher, configs
-(``+smoke=dapo``), sandbox, tool and reward: ``--control negated`` trains on the negated reward
-(retool.smoke.controls), the negative control of tests/e2e/test_learning_signal.py; bench/learning_signal.py runs
-both. ``--steps`` and ``--val-n`` change the smoke's step count and samples per validation prompt.
+The smoke's RL stage is itself the learning run: correctness-only reward, validation on the held-out synthetic
+problems before and after training (configs/smoke/rl.yaml). This module repeats that stage with the same launcher,
+configs (``+smoke=rl``), sandbox, tool and reward, for bench/learning_signal.py:
+
+- ``--seed S``: another data order and sampling seed (``data.seed``, ``actor_rollout_ref.rollout.seed``);
+- ``--control negated``: GRPO on the negated reward (retool.smoke.controls.negated_score);
+- ``--control wrong_tool``: the tool replies with every printed integer off by one
+  (retool.smoke.controls.WrongResultTool), so answers copied from it score -1.
 
     python -m retool.smoke.learning_run --sft-model runs/smoke-x/sft_merged --assets .cache/smoke-assets \\
-        --run-dir runs/learning-x [--control negated] [--steps N] [--val-n K]
+        --run-dir runs/learning-x [--seed S] [--control negated|wrong_tool] [--steps N] [--val-n K]
 
-Writes ``<run-dir>/learning.json`` (retool.learning's report on the synthetic validation set: changes with 95%
-intervals, training curve).
+Writes ``<run-dir>/learning.json``: retool.learning's report on the synthetic validation set (changes with 95%
+intervals, training curve), the run's settings, and when and where it ran (``measured``: start time, host, commit).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -24,80 +28,138 @@ import time
 from pathlib import Path
 from typing import Any
 
+from retool.constants import REPO_ROOT
 from retool.learning import report
-from retool.sandbox.testing import running_sandbox
+from retool.platform.cpu_dtype import host_report
+from retool.sandbox.spawn import running_sandbox
 
-REPO = Path(__file__).resolve().parents[2]
-CONTROLS = {"negated": ("pkg://retool.smoke.controls", "negated_score")}
+CONTROLS = ("negated", "wrong_tool")
+TOOL_CLASS = "retool.tool.CodeInterpreterTool"
+WRONG_TOOL_CLASS = "retool.smoke.controls.WrongResultTool"
 
 
-def overrides(steps: int | None, val_n: int | None, control: str | None) -> list[str]:
-    """The Hydra overrides on top of ``+smoke=dapo`` for a learning run (None keeps the smoke's value)."""
-    args = ["+smoke=dapo", f"trainer.experiment_name=learning-{control or 'grpo'}"]
+def wrong_tool_config(tool_config: Path, out: Path) -> Path:
+    """Write ``out``: ``tool_config`` (a tool YAML) with the recipe's tool class swapped for WrongResultTool."""
+    import yaml
+
+    config = yaml.safe_load(tool_config.read_text())
+    tools = config.get("tools") if isinstance(config, dict) else None
+    if not tools or any(t.get("class_name") != TOOL_CLASS for t in tools):
+        raise ValueError(f"{tool_config} must list only {TOOL_CLASS} tools to make the wrong-result control of it")
+    for tool in tools:
+        tool["class_name"] = WRONG_TOOL_CLASS
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def overrides(steps: int | None = None, val_n: int | None = None, control: str | None = None,
+              seed: int | None = None, wrong_tool_yaml: Path | None = None) -> list[str]:
+    """The Hydra overrides on top of ``+smoke=rl`` for a learning run (None keeps the smoke's value)."""
+    args = ["+smoke=rl", f"trainer.experiment_name=learning-{control or 'grpo'}"]
     if steps is not None:
         # validate before training (val_before_train) and after the last step
         args += [f"trainer.total_training_steps={steps}", f"trainer.test_freq={steps}"]
     if val_n is not None:
         args.append(f"actor_rollout_ref.rollout.val_kwargs.n={val_n}")
-    if control is not None:
-        path, name = CONTROLS[control]
-        args += [f"reward.custom_reward_function.path={path}", f"reward.custom_reward_function.name={name}"]
+    if seed is not None:
+        args += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}"]
+    if control == "negated":
+        args += ["reward.custom_reward_function.path=pkg://retool.smoke.controls",
+                 "reward.custom_reward_function.name=negated_score"]
+    elif control == "wrong_tool":
+        if wrong_tool_yaml is None:
+            raise ValueError("the wrong_tool control needs the path of its tool YAML")
+        args.append(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={wrong_tool_yaml}")
+    elif control is not None:
+        raise ValueError(f"unknown control {control!r}; choose one of {CONTROLS}")
     return args
 
 
+def assets_profile(assets: Path) -> str:
+    """The profile the smoke data was converted with (retool.smoke.build's manifest), which the run must use."""
+    manifest = assets / "manifest.json"
+    try:
+        return json.loads(manifest.read_text())["data_inputs"]["profile"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise FileNotFoundError(f"{manifest} does not name the data's profile ({exc}): rebuild the assets with "
+                                "python -m retool.smoke.build") from None
+
+
+def measured_now() -> dict[str, Any]:
+    """When and where a run happens: start time (UTC, ISO), the host's CPU and dtype, the checkout's commit."""
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": host_report(), "commit": commit or None}
+
+
 def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, val_n: int | None = None,
-        control: str | None = None, python: str = sys.executable, timeout_s: float = 3600) -> dict[str, Any]:
+        control: str | None = None, seed: int | None = None, python: str = sys.executable,
+        timeout_s: float = 3600) -> dict[str, Any]:
     """Train, then return (and write to run_dir/learning.json) the learning report; RuntimeError if verl failed."""
     for path, what in ((sft_model / "config.json", "--sft-model (a merged SFT model)"),
                        (assets / "data" / "rl_train.parquet", "--assets (retool.smoke.build output)")):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: check {what}")
+    from retool.profiles import get_profile
+
+    profile = assets_profile(assets)
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    wrong_yaml = (wrong_tool_config(get_profile(profile).tool_config_path, run_dir / "tool_wrong_result.yaml")
+                  if control == "wrong_tool" else None)
+    args = overrides(steps, val_n, control, seed, wrong_yaml)
+    measured = measured_now()
     started = time.monotonic()
     with running_sandbox() as sandbox:
-        env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "RUN_DIR": str(run_dir),
+        env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "PROFILE": profile, "RUN_DIR": str(run_dir),
                "RETOOL_DATA_DIR": str(assets / "data"), "RETOOL_SFT_MODEL": str(sft_model),
                "RETOOL_SANDBOX_URL": f"{sandbox}/run_code"}
         env.pop("DRY_RUN", None)
         with open(run_dir / "learning_run.log", "w") as log:
-            proc = subprocess.run([str(REPO / "scripts" / "launch.sh"), "dapo",
-                                   *overrides(steps, val_n, control)],
-                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+            proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args],
+                                  cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
     if proc.returncode != 0:
         tail = (run_dir / "learning_run.log").read_text()[-3000:]
         raise RuntimeError(f"the RL run exited {proc.returncode}; log {run_dir / 'learning_run.log'}:\n{tail}")
     result = report(run_dir / "validation", run_dir / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
-    result.update(run_settings(run_dir / "dapo.resolved.yaml"), control=control,
+    result.update(run_settings(run_dir / "rl.resolved.yaml"), control=control, measured=measured,
                   wall_s=round(time.monotonic() - started, 1))
     (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
 def run_settings(resolved: Path) -> dict[str, Any]:
-    """What a learning report needs to say about the run: steps, batch, samples, learning rate (resolved config)."""
+    """What a learning report needs to say about the run (resolved config): steps, batch, samples, learning rate,
+    seeds, the reward's tool shaping and the tool class."""
     import yaml
 
     config = yaml.safe_load(resolved.read_text())
     rollout = config["actor_rollout_ref"]["rollout"]
+    reward = config["reward"]["custom_reward_function"]
     return {"steps": config["trainer"]["total_training_steps"], "prompts_per_step": config["data"]["train_batch_size"],
-            "n": rollout["n"], "val_n": rollout["val_kwargs"]["n"], "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"]}
+            "n": rollout["n"], "val_n": rollout["val_kwargs"]["n"], "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"],
+            "seed": {"data": config["data"].get("seed"), "rollout": rollout.get("seed")},
+            "reward": f"{reward['path']}:{reward['name']}",
+            "tool_shaping": (reward.get("reward_kwargs") or {}).get("tool_shaping"),
+            "tool_config": Path(rollout["multi_turn"]["tool_config_path"]).name}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.smoke.learning_run", description=__doc__.split("\n")[0])
     parser.add_argument("--sft-model", type=Path, required=True, help="merged SFT model (a smoke run's sft_merged)")
-    parser.add_argument("--assets", type=Path, default=REPO / ".cache" / "smoke-assets",
+    parser.add_argument("--assets", type=Path, default=REPO_ROOT / ".cache" / "smoke-assets",
                         help="smoke assets (retool.smoke.build --out); default: %(default)s")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the smoke's)")
     parser.add_argument("--val-n", type=int, default=None,
                         help="samples per held-out prompt at each validation (default: the smoke's)")
-    parser.add_argument("--control", choices=sorted(CONTROLS), default=None)
+    parser.add_argument("--seed", type=int, default=None, help="data order and sampling seed (default: the smoke's)")
+    parser.add_argument("--control", choices=CONTROLS, default=None)
     args = parser.parse_args(argv)
     try:
-        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control)
-    except (FileNotFoundError, RuntimeError) as exc:
+        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control, args.seed)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print("\n".join(result["sentences"]))

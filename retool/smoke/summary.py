@@ -1,9 +1,11 @@
-"""Summarise a smoke run folder: wall time and peak host memory per stage, SFT loss, RL reward, tool use.
+"""Summarise a smoke run folder: wall time and peak host memory per stage, SFT loss, RL reward, and the learning
+verdict (held-out accuracy, tool use and score before vs after RL, with 95% intervals).
 
     python -m retool.smoke.summary --run-dir runs/smoke-...
 
 Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, logs/host.json, the resolved
-configs, tensorboard/{sft,dapo}, sandbox_health.json) and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
+configs, tensorboard/{sft,rl}, sandbox_health.json) and the assets' manifest.json the SFT config points to (what
+pre-training the model had and its cost), and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
 on, so a missing input is reported in the summary (and fails the test), never papered over.
 """
 
@@ -65,6 +67,16 @@ def _stage_times(run_dir: Path) -> dict[str, tuple[float, float]]:
     return stages
 
 
+def run_date(stages: dict[str, tuple[float, float]]) -> str | None:
+    """The UTC date the run started (its first stage), ISO; None when no stage was recorded."""
+    import datetime
+
+    if not stages:
+        return None
+    start = min(begin for begin, _ in stages.values())
+    return datetime.datetime.fromtimestamp(start, datetime.timezone.utc).date().isoformat()
+
+
 def _memory_samples(run_dir: Path) -> list[tuple[float, int]]:
     path = run_dir / "logs" / "memory.tsv"
     samples = []
@@ -88,7 +100,7 @@ def _resolved_configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     import yaml
 
     configs = {}
-    for stage in ("sft", "dapo"):
+    for stage in ("sft", "rl"):
         path = run_dir / f"{stage}.resolved.yaml"
         configs[stage] = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
     return configs
@@ -105,17 +117,26 @@ def _compute(run_dir: Path, configs: dict[str, dict[str, Any]]) -> dict[str, Any
     host_path = run_dir / "logs" / "host.json"
     compute: dict[str, Any] = json.loads(host_path.read_text()) if host_path.is_file() else {}
     compute["sft_dtype"] = _dig(configs["sft"], "engine", "mixed_precision", "param_dtype")
-    compute["dapo_dtype"] = _dig(configs["dapo"], "actor_rollout_ref", "actor", "fsdp_config", "mixed_precision",
+    compute["rl_dtype"] = _dig(configs["rl"], "actor_rollout_ref", "actor", "fsdp_config", "mixed_precision",
                                  "param_dtype")
-    compute["rollout_dtype"] = _dig(configs["dapo"], "actor_rollout_ref", "rollout", "dtype")
+    compute["rollout_dtype"] = _dig(configs["rl"], "actor_rollout_ref", "rollout", "dtype")
     return compute
 
 
-def _learning(run_dir: Path, dapo: dict[str, Any]) -> dict[str, Any]:
+def _pretraining(sft: dict[str, Any]) -> dict[str, Any] | None:
+    """The pre-training report of the model SFT started from (retool.smoke.build's manifest beside it)."""
+    model = _dig(sft, "model", "path")
+    manifest = Path(model).parent / "manifest.json" if model else None
+    if manifest is None or not manifest.is_file():
+        return None
+    return (json.loads(manifest.read_text()).get("model") or {}).get("pretrain")
+
+
+def _learning(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
     """First vs last validation on the held-out synthetic set (retool.learning), or why it cannot be said."""
     from retool.learning import LearningDataError, report
 
-    val_files = _dig(dapo, "data", "val_files") or []
+    val_files = _dig(rl, "data", "val_files") or []
     synthetic = next((Path(f) for f in ([val_files] if isinstance(val_files, str) else val_files)
                       if Path(f).name == "rl_val_synthetic.parquet"), None)
     try:
@@ -139,21 +160,23 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         }
 
     sft = read_scalars(run_dir / "tensorboard" / "sft") if (run_dir / "tensorboard" / "sft").is_dir() else {}
-    rl_dir = run_dir / "tensorboard" / "dapo"
+    rl_dir = run_dir / "tensorboard" / "rl"
     rl = read_scalars(rl_dir) if rl_dir.is_dir() else {}
     health_path = run_dir / "sandbox_health.json"
     health = json.loads(health_path.read_text()) if health_path.is_file() else None
 
     summary: dict[str, Any] = {
         "run_dir": str(run_dir),
+        "date": run_date(stages),
         "stages": stage_rows,
         "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
         "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,
         "compute": _compute(run_dir, configs),
+        "pretraining": _pretraining(configs["sft"]),
         "sft": {"loss": _first_last(sft.get(SFT_LOSS, []))},
         "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
         "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
-        "learning": _learning(run_dir, configs["dapo"]),
+        "learning": _learning(run_dir, configs["rl"]),
         "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
         "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
         "rl_tags": sorted(rl),
@@ -186,7 +209,7 @@ def render_markdown(s: dict[str, Any]) -> str:
               f"Host: {compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores, flags "
               f"{', '.join(compute.get('flags', [])) or 'unknown'}. Compute dtype `{compute.get('dtype')}` "
               f"({compute.get('dtype_reason')}); ran SFT `{compute.get('sft_dtype')}`, RL actor "
-              f"`{compute.get('dapo_dtype')}`, vLLM `{compute.get('rollout_dtype')}`.", "",
+              f"`{compute.get('rl_dtype')}`, vLLM `{compute.get('rollout_dtype')}`.", "",
               "| signal | first | last | min | max | points |", "|---|---|---|---|---|---|"]
     rows = {"SFT train/loss": s["sft"]["loss"]}
     rows.update({f"RL {RL_TAGS[k]}": v for k, v in s["rl"].items()})
@@ -197,7 +220,8 @@ def render_markdown(s: dict[str, Any]) -> str:
             lines.append(f"| {label} | {_fmt(stats['first'])} | {_fmt(stats['last'])} | {_fmt(stats['min'])} | "
                          f"{_fmt(stats['max'])} | {stats['steps']} |")
     learning = s.get("learning") or {}
-    lines += ["", "Learning signal, held-out synthetic problems, first vs last validation (paired by prompt; "
+    lines += ["", f"**Verdict: {accuracy_verdict(learning)}**", "",
+              "Learning signal, held-out synthetic problems, first vs last validation (paired by prompt; "
               "`rose`/`fell` only when the 95% interval excludes 0):", ""]
     lines += [f"- {sentence}" for sentence in learning.get("sentences", [])] or \
         [f"- not available: {learning.get('error', 'no validation dumps')}"]
@@ -205,22 +229,45 @@ def render_markdown(s: dict[str, Any]) -> str:
     for tag, points in s["validation"].items():
         if _headline_validation_tag(tag):
             lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
+    pretraining = s.get("pretraining")
+    if pretraining:
+        lines += ["", f"Model: {pretraining_sentence(pretraining)}"]
     health = s.get("sandbox") or {}
     if health:
         lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, counters `{json.dumps(health.get('counters'))}`"]
     return "\n".join(lines) + "\n"
 
 
-def render_performance(s: dict[str, Any], label: str, date: str) -> str:
-    """A docs/performance.md section: the host, the dtype it got, and each stage's wall time and memory."""
+def accuracy_verdict(learning: dict[str, Any]) -> str:
+    """One line: did held-out accuracy rise under RL, with its interval (or why that cannot be said)."""
+    acc = (learning.get("changes") or {}).get("acc")
+    if not acc:
+        return f"held-out accuracy not measured ({learning.get('error', 'no acc in the validation dumps')})"
+    return (f"held-out accuracy {acc['verdict']}: {acc['before']:.3f} -> {acc['after']:.3f} "
+            f"({acc['delta']:+.3f}, 95% CI [{acc['low']:+.3f}, {acc['high']:+.3f}], {acc['prompts']} prompts)")
+
+
+def pretraining_sentence(pretraining: dict[str, Any]) -> str:
+    """What the model was pre-trained on before SFT and what that cost (once; the assets are cached)."""
+    opts, copy = pretraining["options"], pretraining["copy_after"]
+    host = pretraining.get("host") or {}
+    return (f"pre-trained once ({opts['steps']} steps x {opts['batch_size']} tool-using conversations, "
+            f"{pretraining['train_seconds']:.0f} s on {host.get('cpu_model', 'an unrecorded host')} in "
+            f"{host.get('dtype', 'float32')}, cached with the assets); held-out digit runs copied exactly "
+            f"{copy['digit_runs_exact']:.2f} (before pre-training {pretraining['copy_before']['digit_runs_exact']:.2f})")
+
+
+def render_performance(s: dict[str, Any], label: str) -> str:
+    """A docs/performance.md section: the host, the dtype it got, and each stage's wall time and memory, dated by the
+    run itself."""
     compute = s.get("compute") or {}
     limits = compute.get("isa_limits") or {}
     emulated = f" with {', '.join(f'{k}={v}' for k, v in limits.items())}" if limits else ""
     sft_steps = (s["sft"]["loss"] or {}).get("steps")
     sft_wall = (s["stages"].get("sft") or {}).get("wall_s")
     lines = [f"### CPU smoke run: {label}", "",
-             f"Measured {date} by `./run_smoke_cpu.sh` on {compute.get('cpu_model', 'unknown CPU')}, "
-             f"{compute.get('cores', '?')} cores{emulated}; CPU flags that decide the dtype: "
+             f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` on "
+             f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; CPU flags that decide the dtype: "
              f"{', '.join(compute.get('flags', [])) or 'none of them'}. Compute dtype `{compute.get('dtype')}` "
              f"({compute.get('dtype_reason')}).", "",
              "| stage | wall time (s) | peak host memory in use (GB) |", "|---|---|---|"]
@@ -228,7 +275,10 @@ def render_performance(s: dict[str, Any], label: str, date: str) -> str:
         extra = f" ({sft_steps} steps, {sft_wall / sft_steps:.2f} s/step)" if name == "sft" and sft_steps else ""
         extra = f" ({s['rl_steps']} steps + 2 validations)" if name == "rl" else extra
         lines.append(f"| {name}{extra} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
-    lines += [f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |", ""]
+    lines += [f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |", "",
+              f"Its RL stage's {accuracy_verdict(s.get('learning') or {})}.", ""]
+    if s.get("pretraining"):
+        lines += [f"Model: {pretraining_sentence(s['pretraining'])}.", ""]
     return "\n".join(lines)
 
 
@@ -250,12 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.run_dir / "summary.md").write_text(markdown)
     print(markdown)
     if args.performance is not None:
-        import datetime
-
         from retool.markdown_sections import replace_section, slug
 
-        replace_section(args.performance, f"smoke-{slug(args.label)}",
-                        render_performance(summary, args.label, datetime.date.today().isoformat()))
+        replace_section(args.performance, f"smoke-{slug(args.label)}", render_performance(summary, args.label))
     return 0
 
 

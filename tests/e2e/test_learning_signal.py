@@ -29,7 +29,7 @@ def grpo(smoke_run_dir, runs_dir) -> dict:
     summary = json.loads((smoke_run_dir / "summary.json").read_text())
     result = summary["learning"]
     assert "changes" in result, result
-    result = {**result, **learning_run.run_settings(smoke_run_dir / "dapo.resolved.yaml"), "control": None,
+    result = {**result, **learning_run.run_settings(smoke_run_dir / "rl.resolved.yaml"), "control": None,
               "wall_s": summary["stages"]["rl"]["wall_s"]}
     (runs_dir / "grpo").mkdir(parents=True, exist_ok=True)
     (runs_dir / "grpo" / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -38,7 +38,7 @@ def grpo(smoke_run_dir, runs_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def negated(smoke_run_dir, runs_dir) -> dict:
-    resolved = yaml.safe_load((smoke_run_dir / "dapo.resolved.yaml").read_text())
+    resolved = yaml.safe_load((smoke_run_dir / "rl.resolved.yaml").read_text())
     assets = Path(resolved["data"]["train_files"]).parents[1]
     return learning_run.run(smoke_run_dir / "sft_merged", assets, runs_dir / "negated", control="negated")
 

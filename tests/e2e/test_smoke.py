@@ -52,7 +52,7 @@ def test_rollouts_made_tool_calls_the_sandbox_executed(summary):
 
 
 def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
-    scalars = read_scalars(run_dir / "tensorboard" / "dapo")
+    scalars = read_scalars(run_dir / "tensorboard" / "rl")
     for tag in ("critic/rewards/mean", "critic/score/mean", "num_turns/mean", "response_length/mean",
                 "val-aux/num_turns/mean"):
         assert tag in scalars, f"{tag} missing; tags: {sorted(scalars)}"
@@ -62,14 +62,14 @@ def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
     assert any(t.startswith("val-core/synthetic_arith/") for t in val_acc), val_acc
     # validation before training and after the last step
     assert all(len(scalars[t]) >= 2 for t in val_acc)
-    assert read_text_tags(run_dir / "tensorboard" / "dapo"), "validation generations (TEXT tab) missing"
+    assert read_text_tags(run_dir / "tensorboard" / "rl"), "validation generations (TEXT tab) missing"
 
 
 def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir, summary):
     compute = summary["compute"]
     # the dtype rule's choice is what every stage ran with (bf16 only where the CPU has it natively)
     assert compute["dtype"] in ("bfloat16", "float32") and compute["dtype_reason"]
-    assert compute["sft_dtype"] == compute["dapo_dtype"] == compute["rollout_dtype"] == compute["dtype"]
+    assert compute["sft_dtype"] == compute["rl_dtype"] == compute["rollout_dtype"] == compute["dtype"]
     native = {"avx512_bf16", "amx_bf16", "bf16"} & set(compute["flags"])
     assert (compute["dtype"] == "bfloat16") == bool(native) or compute["dtype_reason"] == "set by RETOOL_CPU_DTYPE"
     changes = summary["learning"]["changes"]
@@ -81,7 +81,7 @@ def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir,
 
 
 def test_tool_outcomes_reach_tensorboard(run_dir):
-    scalars = read_scalars(run_dir / "tensorboard" / "dapo")
+    scalars = read_scalars(run_dir / "tensorboard" / "rl")
     for key in ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated"):
         tag = f"val-aux/synthetic_arith/{key}/mean@4"
         assert tag in scalars, f"{tag} missing"
@@ -89,7 +89,7 @@ def test_tool_outcomes_reach_tensorboard(run_dir):
 
 
 def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):
-    for name in ("sft.resolved.yaml", "dapo.resolved.yaml", "logs/sft.log", "logs/dapo.log", "summary.md",
+    for name in ("sft.resolved.yaml", "rl.resolved.yaml", "logs/sft.log", "logs/rl.log", "summary.md",
                  "report/report.md"):
         assert (run_dir / name).is_file(), name
     assert set(summary["stages"]) == {"assets", "sft", "merge", "rl"}

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from retool.reward import compute_score
-from retool.sandbox.testing import running_sandbox
+from retool.sandbox.client import SandboxClient
+from retool.sandbox.spawn import running_sandbox
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +54,14 @@ def sandbox() -> Any:
 
 
 def counters(url: str) -> dict[str, int]:
-    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-        return json.loads(resp.read())["counters"]
+    return SandboxClient(url).health(timeout=10)["counters"]
 
 
 def run_eval(model: Path, data: list[Path], out: Path, sandbox: str, n: int, limit: int,
              extra: list[str] = ()) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "retool.eval", "--model", str(model), "--n", str(n), "--limit", str(limit),
-           "--sandbox-url", sandbox, "--output", str(out), "--config", str(REPO / "configs" / "dapo.yaml"),
-           "--override", "+smoke=dapo", "--device", "cpu", *extra]
+           "--sandbox-url", sandbox, "--output", str(out), "--config", str(REPO / "configs" / "rl.yaml"),
+           "--override", "+smoke=rl", "--profile", "improved", "--device", "cpu", *extra]
     for path in data:
         cmd += ["--data", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)

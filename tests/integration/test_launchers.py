@@ -1,9 +1,12 @@
-"""Every launcher, dry-run: the fully resolved verl config must carry the reference hyperparameters, honour extra
-overrides and environment, and fail loudly on a key verl does not know. Nothing here needs a device."""
+"""Every launcher as a user starts it: extra overrides and environment reach the resolved verl config (DRY_RUN=1), an
+unknown key fails loudly, and a real launch stops before verl when something is wrong: missing inputs, a Python
+without the device stack, a weaker sandbox, a resume that would train something else. Nothing here needs a device.
+The reference run's values themselves are held by test_reference_settings.py."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,23 +41,7 @@ def sft_npu() -> dict:
 def dapo_npu() -> dict:
     return resolved("run_qwen3_4b_dapo_npu.sh", "trainer.total_training_steps=130", NNODES="2",
                     MODEL_PATH="/ckpt/sft-merged", DATA_DIR="/data/rt", RETOOL_SANDBOX_URL=SANDBOX,
-                    TENSORBOARD_DIR="/shared/tb/dapo")
-
-
-def test_sft_npu_carries_the_reference_hyperparameters(sft_npu):
-    cfg = sft_npu
-    assert cfg["trainer"]["device"] == "npu"
-    assert cfg["trainer"]["n_gpus_per_node"] == 16
-    assert cfg["engine"]["strategy"] == "fsdp2"
-    assert cfg["engine"]["ulysses_sequence_parallel_size"] == 4
-    assert cfg["model"]["use_remove_padding"] is True
-    assert cfg["data"]["max_length"] == 16384
-    assert cfg["data"]["train_batch_size"] == 64
-    assert cfg["data"]["micro_batch_size_per_gpu"] == 8
-    assert cfg["data"]["messages_key"] == "messages" and cfg["data"]["tools_key"] == "tools"
-    assert cfg["trainer"]["total_epochs"] == 6
-    assert "tensorboard" in cfg["trainer"]["logger"]
-    assert "hf_model" in cfg["checkpoint"]["save_contents"]
+                    TENSORBOARD_DIR="/shared/tb/rl")
 
 
 def test_sft_launcher_passes_extra_overrides_and_paths(sft_npu):
@@ -63,38 +50,12 @@ def test_sft_launcher_passes_extra_overrides_and_paths(sft_npu):
     assert sft_npu["data"]["train_files"] == "/data/rt/retool_sft.parquet"
 
 
-def test_dapo_npu_carries_the_reference_hyperparameters(dapo_npu):
-    cfg = dapo_npu
-    actor = cfg["actor_rollout_ref"]["actor"]
-    rollout = cfg["actor_rollout_ref"]["rollout"]
-    assert cfg["trainer"]["device"] == "npu" and cfg["trainer"]["n_gpus_per_node"] == 16
-    assert cfg["algorithm"]["adv_estimator"] == "grpo"
-    assert cfg["algorithm"]["use_kl_in_reward"] is False and actor["use_kl_loss"] is False
-    assert (actor["clip_ratio_low"], actor["clip_ratio_high"], actor["clip_ratio_c"]) == (0.2, 0.28, 10.0)
-    assert actor["optim"]["lr"] == pytest.approx(1e-6)
-    assert cfg["data"]["train_batch_size"] == 64 and actor["ppo_mini_batch_size"] == 16
-    assert rollout["n"] == 16
-    assert (cfg["data"]["max_prompt_length"], cfg["data"]["max_response_length"]) == (2048, 16384)
-    assert actor["ulysses_sequence_parallel_size"] == 4 and actor["use_dynamic_bsz"] is True
-    assert actor["fsdp_config"]["param_offload"] is True and actor["fsdp_config"]["optimizer_offload"] is True
-    assert rollout["name"] == "vllm" and rollout["mode"] == "async"
-    assert rollout["tensor_model_parallel_size"] == 4 and rollout["gpu_memory_utilization"] == 0.8
-    assert rollout["agent"]["num_workers"] == 16
-    multi_turn = rollout["multi_turn"]
-    assert multi_turn["enable"] is True and multi_turn["format"] == "hermes"
-    assert (multi_turn["max_user_turns"], multi_turn["max_assistant_turns"]) == (16, 16)
-    assert multi_turn["max_tool_response_length"] == 2048
-    assert Path(multi_turn["tool_config_path"]) == REPO / "configs" / "tool.yaml"
-    val = rollout["val_kwargs"]
-    assert (val["n"], val["temperature"], val["top_p"], val["top_k"], val["do_sample"]) == (30, 0.7, 0.8, 20, True)
-    trainer = cfg["trainer"]
-    assert trainer["val_before_train"] is True and trainer["test_freq"] == 10 and trainer["save_freq"] == 10
-    assert trainer["total_epochs"] == 1 and trainer["log_val_generations"] == 10
-    assert "tensorboard" in trainer["logger"]
-    reward_fn = cfg["reward"]["custom_reward_function"]
-    assert reward_fn["path"] == "pkg://retool.reward" and reward_fn["name"] == "compute_score"
-    assert reward_fn["reward_kwargs"]["tool_shaping"] == "seed"
-    assert cfg["reward"]["reward_manager"]["name"] == "naive"  # the dapo manager drops num_turns
+def test_data_dir_defaults_to_the_profile_s_folder():
+    for profile in ("reference", "improved"):
+        cfg = resolved("run_qwen3_4b_dapo_npu.sh", PROFILE=profile, DATA_DIR="")
+        assert cfg["data"]["train_files"] == str(REPO / "data" / profile / "dapo_math_17k.parquet")
+    proc = dry_run("run_qwen3_4b_dapo_npu.sh", PROFILE="best")
+    assert proc.returncode == 2 and "PROFILE=best has no configs/profile/rl/best.yaml" in proc.stderr
 
 
 def test_dapo_launcher_passes_extra_overrides_paths_and_nodes(dapo_npu):
@@ -108,7 +69,7 @@ def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_e
     # Workers of a `ray start` cluster have the raylet's environment; tests/integration/test_ray_runtime_env.py
     # shows a real worker reading these values from the runtime env.
     env_vars = dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
-    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/dapo", "RETOOL_SANDBOX_URL": SANDBOX}
+    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX}
 
 
 def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
@@ -120,7 +81,7 @@ def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
 
 
 def test_one_default_sft_model_path_for_config_launcher_and_docs():
-    config = yaml.safe_load((REPO / "configs" / "dapo.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / "rl.yaml").read_text())
     assert config["actor_rollout_ref"]["model"]["path"] == "checkpoints/sft/merged"
     cfg = resolved("run_qwen3_4b_dapo_npu.sh", MODEL_PATH="")
     assert cfg["actor_rollout_ref"]["model"]["path"] == str(REPO / "checkpoints" / "sft" / "merged")
@@ -129,9 +90,9 @@ def test_one_default_sft_model_path_for_config_launcher_and_docs():
 
 def test_a_relative_run_dir_becomes_absolute_before_it_reaches_verl():
     cfg = resolved("run_qwen3_4b_dapo_npu.sh", RUN_DIR="runs/relative-check", TENSORBOARD_DIR="")
-    assert cfg["trainer"]["default_local_dir"] == str(REPO / "runs" / "relative-check" / "checkpoints" / "dapo")
+    assert cfg["trainer"]["default_local_dir"] == str(REPO / "runs" / "relative-check" / "checkpoints" / "rl")
     env_vars = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
-    assert env_vars["TENSORBOARD_DIR"] == str(REPO / "runs" / "relative-check" / "tensorboard" / "dapo")
+    assert env_vars["TENSORBOARD_DIR"] == str(REPO / "runs" / "relative-check" / "tensorboard" / "rl")
 
 
 def test_multi_node_sft_needs_one_shared_run_dir(tmp_path):
@@ -185,4 +146,84 @@ def test_missing_input_is_an_error_outside_dry_run(tmp_path):
                           text=True, timeout=60)
     assert proc.returncode == 1
     assert f"{tmp_path}/retool_sft.parquet not found" in proc.stderr
-    assert "retool_sft_preprocess.py" in proc.stderr
+    assert "retool-data prepare --profile reference" in proc.stderr
+
+
+def launch(launcher: str, *overrides: str, env: dict, path: str | None = None) -> subprocess.CompletedProcess:
+    """A real launch (no DRY_RUN), expected to stop before verl starts."""
+    full_env = {**os.environ, **env}
+    for key in ("DRY_RUN", "PYTHON", "RETOOL_ACCEPT_WEAK_ISOLATION"):
+        if key not in env:
+            full_env.pop(key, None)
+    if path is not None:
+        full_env["PATH"] = path
+    return subprocess.run([str(REPO / launcher), *overrides], cwd=REPO, env=full_env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
+    """After `make smoke` the checkout has .venv (CPU torch); an NPU launch must not take it, and must stop when the
+    python it gets has no torch_npu."""
+    (tmp_path / "retool_sft.parquet").write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"  # this venv's python: it has retool and verl, and the CPU build of torch
+    python3.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python3.chmod(0o755)
+    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run")},
+                  path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "without torch_npu" in proc.stderr and "PYTHON=" in proc.stderr and "CPU stack" in proc.stderr
+    assert not (tmp_path / "run" / "sft.resolved.yaml").exists()  # stopped before resolving anything
+    # and a python3 that cannot import the recipe at all is named with the fix
+    python3.write_text("#!/bin/sh\nexec /usr/bin/python3 -I \"$@\"\n")  # isolated: sees no recipe
+    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path)}, path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    assert proc.returncode == 1 and "cannot import the recipe and verl" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def rl_inputs(tmp_path_factory) -> dict:
+    """What a CPU RL launch reads before verl starts: a model folder and RL data of the reference profile."""
+    from retool.data import rl
+    from retool.datasets import dataset_path
+
+    root = tmp_path_factory.mktemp("rl-inputs")
+    (root / "model").mkdir()
+    for name in ("dapo_math_17k", "aime_2025"):
+        rl.prepare(dataset_path("aime2025"), root / f"{name}.parquet", limit=4)
+    return {"DEVICE": "cpu", "MODEL_PATH": str(root / "model"), "DATA_DIR": str(root), "PYTHON": sys.executable}
+
+
+@pytest.mark.parametrize("isolation", ["rlimit", "none"])
+def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
+    from retool.sandbox.spawn import running_sandbox
+
+    # the rlimit tier runs code as an unprivileged uid, which cannot reach a venv under /root: the system python
+    with running_sandbox(isolation=isolation, slots=1, python="/usr/bin/python3") as url:
+        proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
+                                                       "RETOOL_SANDBOX_URL": url + "/run_code"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert f"isolation '{isolation}'" in proc.stderr and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in proc.stderr
+    assert "bubblewrap" in proc.stderr and not (tmp_path / "run" / "logs" / "rl.log").exists()
+
+
+def test_rl_refuses_a_sandbox_that_does_not_answer(rl_inputs, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
+                                                   "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"})
+    assert proc.returncode == 1 and "does not answer GET /v1/ping" in proc.stderr
+
+
+def test_a_resume_that_would_train_something_else_is_refused(rl_inputs, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saved = dry_run("run_qwen3_4b_dapo_npu.sh", "actor_rollout_ref.actor.optim.lr=2e-6",
+                    **{**rl_inputs, "RUN_DIR": str(run_dir)})
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    (run_dir / "rl.resolved.yaml").write_text(saved.stdout)
+    proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(run_dir)})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "cannot resume" in proc.stderr and "actor_rollout_ref.actor.optim.lr: 2e-06 -> 1e-06" in proc.stderr
+    assert not (run_dir / "logs" / "rl.log").exists()

@@ -25,7 +25,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = "http://127.0.0.1:18080/run_code"
-TENSORBOARD = "/shared/runs/dapo-x/tensorboard/dapo"
+TENSORBOARD = "/shared/runs/rl-x/tensorboard/rl"
 
 WORKER_PROBE = textwrap.dedent(
     """

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import SECRET, get, reachable_by_others, unprivileged_python
 
-from retool.sandbox.testing import running_sandbox
+from retool.sandbox.spawn import running_sandbox
 
 
 def _require_bwrap() -> None:

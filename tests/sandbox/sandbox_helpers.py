@@ -1,20 +1,53 @@
-"""Helpers shared by the sandbox tests: raw HTTP calls and host process inspection."""
+"""Helpers shared by the sandbox tests: /run_code calls through the recipe's client, raw HTTP for the endpoints
+and bodies the client does not send, and host process inspection."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from processes import processes_with  # noqa: F401  (tests/helpers; re-exported for the sandbox tests)
+
+from retool.sandbox.client import ClientPolicy, Reply, SandboxClient
+
 SECRET = "retool-test-secret-5a1f"
+
+# Every test call: no retries (the tests look at 504s themselves), memory_limit_MB -1 (the server's maximum, what a
+# request without the field gets), and a run timeout above every test server's --max-timeout, which clamps it.
+TEST_POLICY = ClientPolicy(run_timeout=60, memory_limit_mb=-1, queue_timeout_s=60, max_retries=0,
+                           reconnect_budget_s=0)
+
+
+def call(base: str, code: str, **fields: Any) -> Reply:
+    """One /run_code call through ``retool.sandbox.client`` (``session_id``, ``stdin``, ``files``, ``fetch_files``,
+    ``run_timeout``, ``memory_limit_mb`` as ``SandboxClient.run_sync`` takes them)."""
+    return SandboxClient(base, TEST_POLICY).run_sync(code, **fields)
+
+
+def http_status(reply: Reply) -> int | None:
+    """The HTTP status of a call: 200 when the server answered a body, else the one the client's problem names."""
+    if reply.body is not None:
+        return 200
+    match = re.match(r"HTTP (\d+)", reply.problem)
+    return int(match.group(1)) if match else None
+
+
+def run(base: str, code: str, **fields: Any) -> dict:
+    """Run ``code`` through /run_code and return the 200 response body."""
+    reply = call(base, code, **fields)
+    assert reply.body is not None, reply.problem
+    return reply.body
 
 
 def post(url: str, payload: Any, timeout: float = 60.0) -> tuple[int, Any]:
-    """POST JSON to ``url`` and return (HTTP status, decoded body)."""
+    """POST JSON to ``url`` as is and return (HTTP status, decoded body): for endpoints other than /run_code, and for
+    /run_code bodies that the recipe's client would never send (another client's shape, invalid requests)."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -27,13 +60,6 @@ def post(url: str, payload: Any, timeout: float = 60.0) -> tuple[int, Any]:
 def get(url: str, timeout: float = 10.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read())
-
-
-def run(base: str, code: str, **fields: Any) -> dict:
-    """Run ``code`` through /run_code and return the 200 response body."""
-    status, body = post(base + "/run_code", {"code": code, "language": "python", **fields})
-    assert status == 200, (status, body)
-    return body
 
 
 def uid_processes(uids: range) -> list[tuple[int, int]]:
@@ -51,19 +77,6 @@ def uid_processes(uids: range) -> list[tuple[int, int]]:
         if uid in uids and state != "Z":
             found.append((int(entry.name), uid))
     return found
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids of live host processes whose command line contains ``marker``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 def reachable_by_others(path: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,13 @@ from sandbox_fusion import RunCodeRequest, run_code
 
 from sandbox_helpers import SECRET, get, post, run
 
-from retool.sandbox.testing import running_sandbox
+from retool.sandbox.spawn import running_sandbox
 
 RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"}
 
 
 def client_run(url: str, **kwargs):
+    # The PyPI sandbox-fusion client, not ours, on purpose: it checks that a third-party client works against us.
     return run_code(RunCodeRequest(language="python", **kwargs), endpoint=url, max_attempts=1, client_timeout=30)
 
 
@@ -78,13 +80,15 @@ def test_pypi_client_files_roundtrip(bwrap_url):
 
 
 def test_pypi_client_rejects_other_languages(bwrap_url):
+    # The PyPI sandbox-fusion client on purpose (see client_run).
     with pytest.raises(Exception, match="422"):
         run_code(RunCodeRequest(code="int main(){}", language="cpp"), endpoint=bwrap_url, max_attempts=1,
                  client_timeout=30)
 
 
 def test_verl_raw_payload(bwrap_url):
-    # Byte-for-byte what verl's sandbox helper sends (json.dumps of this dict, these headers).
+    # Byte-for-byte what verl's sandbox helper sends (json.dumps of this dict, these headers): a raw POST that
+    # imitates verl's client on purpose, not the recipe's.
     payload = json.dumps({
         "compile_timeout": 30,
         "run_timeout": 30,
@@ -122,10 +126,11 @@ def test_invalid_requests_are_422(bwrap_url):
         ({"code": "print(1)", "language": "python", "fetch_files": ["../../etc/passwd"]}, "fetch_files"),
     ]
     for payload, loc in cases:
+        # Raw bodies on purpose: they imitate a broken client, which the recipe's client never is.
         status, body = post(bwrap_url + "/run_code", payload)
         assert status == 422, (payload, status, body)
         assert body["detail"][0]["loc"] == ["body", loc], body
-    status, body = post(bwrap_url + "/run_code", b"{not json")
+    status, body = post(bwrap_url + "/run_code", b"{not json")  # a broken client on purpose, as above
     assert status == 422
 
 
@@ -187,3 +192,31 @@ def test_cli_help():
     for flag in ("--slots", "--isolation", "--default-timeout", "--max-timeout", "--max-output-bytes",
                  "--queue-timeout", "--python"):
         assert flag in out.stdout
+
+
+# The capabilities Docker gives a container's root by default (no --privileged, no --cap-add).
+DOCKER_DEFAULT_CAPS = ("chown", "dac_override", "fsetid", "fowner", "mknod", "net_raw", "setgid", "setuid", "setfcap",
+                       "setpcap", "net_bind_service", "sys_chroot", "kill", "audit_write")
+
+
+def _probe_with_capabilities(*caps: str) -> dict:
+    bounding = "--bounding-set=-all" + "".join(f",+{cap}" for cap in caps)
+    done = subprocess.run(["setpriv", bounding, sys.executable, "-m", "retool.sandbox", "probe"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["tiers"]
+
+
+def test_probe_tells_why_bwrap_cannot_start_and_what_a_container_needs():
+    # A root server with the capabilities of a container started without --privileged (its seccomp and AppArmor
+    # profiles are not imitated here): bubblewrap needs SYS_ADMIN for its namespaces and NET_ADMIN for the loopback
+    # of its network namespace, and the probe names the flags.
+    if os.geteuid() != 0 or shutil.which("bwrap") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs root, bubblewrap and setpriv")
+    tiers = _probe_with_capabilities(*DOCKER_DEFAULT_CAPS)
+    assert "Creating new namespace failed" in tiers["bwrap"] and "--privileged" in tiers["bwrap"], tiers
+    assert "--cap-add CAP_SYS_ADMIN --cap-add CAP_NET_ADMIN" in tiers["bwrap"] and '"Containers"' in tiers["bwrap"]
+    assert tiers["none"] == "ok"
+    tiers = _probe_with_capabilities(*DOCKER_DEFAULT_CAPS, "sys_admin")
+    assert "loopback" in tiers["bwrap"] and "--cap-add CAP_NET_ADMIN" in tiers["bwrap"], tiers
+    assert _probe_with_capabilities(*DOCKER_DEFAULT_CAPS, "sys_admin", "net_admin")["bwrap"] == "ok"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import descendants, get, parent_pid, processes_with, run, unprivileged_python
 
-from retool.sandbox.testing import running_sandbox
+from retool.sandbox.spawn import running_sandbox
 
 
 @pytest.fixture(scope="module", params=["bwrap", "rlimit"])

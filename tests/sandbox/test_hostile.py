@@ -105,7 +105,7 @@ def test_timeout_ignoring_sigint_is_still_killed(tier_url):
 def test_memory_hog(tier_url):
     tier, url = tier_url
     code = "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 * 1024))"
-    body = run(url, code, memory_limit_MB=512)
+    body = run(url, code, memory_limit_mb=512)
     assert body["status"] == "Failed"
     assert body["run_result"]["status"] == "Finished"
     assert "MemoryError" in body["run_result"]["stderr"]
@@ -122,7 +122,7 @@ def test_numpy_under_1024_mb(tier_url):
         "ts = [threading.Thread(target=lambda: None) for _ in range(16)]\n"
         "[t.start() for t in ts]; [t.join() for t in ts]\nprint('threads ok')"
     )
-    body = run(url, code, memory_limit_MB=1024)
+    body = run(url, code, memory_limit_mb=1024)
     assert body["status"] == "Success", body["run_result"]["stderr"]
     if tier in ("bwrap", "bwrap-fresh"):  # the server's own venv, which has numpy
         assert body["run_result"]["stdout"] == "True\nthreads ok\n"
@@ -304,7 +304,7 @@ def test_limits_are_set_and_cannot_be_raised(tier_url):
         "except (ValueError, OSError):\n    print('cannot raise')\n"
     )
     limits = get(url + "/health")["limits"]
-    lines = run(url, code, memory_limit_MB=700)["run_result"]["stdout"].splitlines()
+    lines = run(url, code, memory_limit_mb=700)["run_result"]["stdout"].splitlines()
     mb = 1024 * 1024
     dedicated_uids = _slot_uids(url) is not None
     if not dedicated_uids:  # no dedicated uid, so no process limit (it would count the server's processes)

@@ -12,19 +12,30 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-from sandbox_helpers import descendants, get, post, uid_processes, unprivileged_python
+from sandbox_helpers import (
+    TEST_POLICY,
+    call,
+    descendants,
+    get,
+    http_status,
+    post,
+    run,
+    uid_processes,
+    unprivileged_python,
+)
 
-from retool.sandbox.testing import running_sandbox
+from retool.sandbox.client import SandboxClient
+from retool.sandbox.spawn import running_sandbox
 
 LOST = "[retool-sandbox: session "
 
 
 def cell(url: str, session: str, code: str, **fields) -> dict:
-    status, body = post(url + "/run_code", {"code": code, "language": "python", "session_id": session, **fields})
-    assert status == 200, (status, body)
-    return body
+    """Run ``code`` as the next cell of ``session`` through the recipe's client; the 200 response body."""
+    return run(url, code, session_id=session, **fields)
 
 
 def out(body: dict) -> str:
@@ -32,6 +43,7 @@ def out(body: dict) -> str:
 
 
 def close(url: str, session: str) -> dict:
+    # A raw POST: the close endpoint is not /run_code, and this shows its body ({"closed": bool}).
     return post(url + f"/sessions/{session}/close", {})[1]
 
 
@@ -95,8 +107,7 @@ def test_state_persists_within_a_session(url):
     assert (body["status"], body["run_result"]["return_code"], out(body)) == ("Failed", 3, "bye\n")
     assert out(cell(url, s, "print(x)")) == "41\n"
     # A stateless request is untouched by any session.
-    status, stateless = post(url + "/run_code", {"code": "print('x' in dir())", "language": "python"})
-    assert status == 200 and out(stateless) == "False\n"
+    assert out(run(url, "print('x' in dir())")) == "False\n"
     assert close(url, s) == {"closed": True}
 
 
@@ -247,10 +258,9 @@ def test_close_frees_the_session_and_is_idempotent(url):
 
 def test_session_id_must_be_a_plain_token(url):
     for bad in ("", "a/b", "x" * 201, 5, "spa ce"):
-        status, body = post(url + "/run_code", {"code": "1", "language": "python", "session_id": bad})
-        assert status == 422 and body["detail"][0]["loc"] == ["body", "session_id"], (bad, body)
-    status, body = post(url + "/run_code", {"code": "print(1)", "language": "python", "session_id": None})
-    assert status == 200 and out(body) == "1\n"  # null = stateless
+        reply = call(url, "1", session_id=bad)
+        assert http_status(reply) == 422 and '"loc": ["body", "session_id"]' in reply.problem, (bad, reply.problem)
+    assert out(run(url, "print(1)", session_id=None)) == "1\n"  # null = stateless
 
 
 @pytest.fixture(scope="module")
@@ -260,19 +270,75 @@ def small_url():
         yield base
 
 
-def test_the_least_recently_used_session_makes_room_and_says_so():
-    with _server(slots=1, max_sessions=2, session_idle_timeout=120) as base:
+def test_a_full_server_keeps_its_open_sessions():
+    # An open session may belong to a trajectory whose model is still writing its next turn: a new session waits for
+    # a free one (here: no longer than the 1 s queue timeout, then 504), it never evicts one.
+    with _server(slots=1, max_sessions=2, session_idle_timeout=120, queue_timeout=1) as base:
         a, b, c = sid(), sid(), sid()
         cell(base, a, "v = 'a'")
         cell(base, b, "v = 'b'")
-        cell(base, c, "v = 'c'")  # a third session: a, the least recently used, makes room
+        reply = call(base, "v = 'c'", session_id=c)
+        assert http_status(reply) == 504 and "--max-sessions" in reply.problem, reply.problem
+        assert out(cell(base, a, "print(v)")) == "a\n" and out(cell(base, b, "print(v)")) == "b\n"
+        assert close(base, a) == {"closed": True}
+        body = cell(base, c, "v = 'c'\nprint(v)")  # a's box is free again
+        assert out(body) == "c\n" and LOST not in body["run_result"]["stderr"]
         assert out(cell(base, b, "print(v)")) == "b\n"
-        body = cell(base, a, "print(v)")  # now c is the least recently used one
-        assert "least recently used" in body["run_result"]["stderr"] and "--max-sessions" in body["message"]
-        assert "NameError" in body["run_result"]["stderr"]
-        assert out(cell(base, b, "print(v)")) == "b\n"
-        assert "least recently used" in cell(base, c, "print(v)")["run_result"]["stderr"]
-        assert get(base + "/health")["sessions"]["counters"]["evicted_lru"] == 3
+        counters = get(base + "/health")["sessions"]["counters"]
+        assert (counters["evicted_idle"], counters["evicted_memory"], counters["lost_notices"]) == (0, 0, 0)
+
+
+def test_low_host_memory_evicts_idle_sessions_and_says_so():
+    # A floor above any host's MemAvailable: memory counts as low all the time, so every idle session goes.
+    with _server(slots=1, max_sessions=4, session_memory_floor_mb=10**9) as base:
+        s = sid()
+        client = SandboxClient(base, TEST_POLICY)
+        # A running cell is never evicted, however low memory is (the reaper looks every second).
+        body = client.run_sync("import time\nv = 1\ntime.sleep(2.5)\nprint('finished')", session_id=s).body
+        assert out(body) == "finished\n" and body["session"] == {"id": s, "cell": 1, "lost": None}, body
+        deadline = time.monotonic() + 10
+        while get(base + "/health")["sessions"]["live"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        health = get(base + "/health")["sessions"]
+        assert health["live"] == 0 and health["counters"]["evicted_memory"] == 1, health
+        reply = client.run_sync("print(v)", session_id=s)
+        lost = reply.body["session"]["lost"]
+        assert "host memory ran low" in lost and "--session-memory-floor-mb" in lost and "least recently used" in lost
+        assert reply.body["session"]["cell"] == 1 and reply.session_lost == lost
+        assert reply.body["run_result"]["stderr"].startswith(LOST) and "NameError" in reply.body["run_result"]["stderr"]
+
+
+def test_every_session_reply_counts_its_cell_and_says_when_the_state_was_lost(url):
+    client = SandboxClient(url, TEST_POLICY)
+    s = sid()
+    for number in (1, 2, 3):
+        reply = client.run_sync(f"n = {number}", session_id=s)
+        assert reply.body["session"] == {"id": s, "cell": number, "lost": None} and reply.session_lost == ""
+    reply = client.run_sync("import os\nos._exit(3)", session_id=s)
+    assert reply.body["session"] == {"id": s, "cell": 4, "lost": None}  # the cell that ended the session
+    reply = client.run_sync("print(n)", session_id=s)
+    report = reply.body["session"]
+    assert report["cell"] == 1 and "lost its state" in report["lost"] and "exit code 3" in report["lost"], report
+    assert reply.session_lost == report["lost"]
+    assert out(client.run_sync("n = 1\nprint(n)", session_id=s).body) == "1\n"
+    assert "session" not in client.run_sync("print(1)").body  # stateless replies stay SandboxFusion's shape
+    close(url, s)
+
+
+def test_a_restarted_server_is_noticed_by_the_client():
+    s = sid()
+    with _server(slots=1, max_sessions=4) as first:
+        client = SandboxClient(first, TEST_POLICY)
+        assert client.run_sync("x = 6", session_id=s).session_lost == ""
+        assert out(client.run_sync("print(x * 7)", session_id=s).body) == "42\n"
+        port = urlsplit(first).port
+    with _server(slots=1, max_sessions=4, port=port) as second:  # the same address, a new server
+        assert second == first
+        reply = client.run_sync("print(x * 7)", session_id=s)
+        # The new server never saw the session: its reply says cell 1 and no reason; the client knows it ran two.
+        assert reply.body["session"] == {"id": s, "cell": 1, "lost": None}
+        assert "NameError" in reply.body["run_result"]["stderr"]
+        assert "no longer had this session" in reply.session_lost and "2 earlier call(s)" in reply.session_lost
 
 
 def test_an_idle_session_is_evicted_and_says_so(small_url):
@@ -289,42 +355,40 @@ def test_ten_times_more_sessions_than_slots_is_bounded(small_url):
     code = "import time\ntime.sleep(0.3)\nprint('done')"
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=10) as pool:
-        results = list(pool.map(
-            lambda s: post(small_url + "/run_code", {"code": code, "language": "python", "session_id": s},
-                           timeout=30),
-            [sid() for _ in range(10)]))
+        replies = list(pool.map(lambda s: call(small_url, code, session_id=s), [sid()[:8] for _ in range(10)]))
     assert time.monotonic() - started < 15
-    codes = [status for status, _ in results]
+    codes = [http_status(reply) for reply in replies]
     assert set(codes) <= {200, 504} and 200 in codes, codes
-    for status, body in results:
-        if status == 200:
-            assert body["status"] == "Success" and out(body) == "done\n", body
+    for reply in replies:
+        if reply.body is not None:
+            assert reply.body["status"] == "Success" and out(reply.body) == "done\n", reply.body
         else:
-            assert body["status"] == "SandboxError" and "retry" in body["message"], body
+            assert '"status": "SandboxError"' in reply.problem and "retry" in reply.problem, reply.problem
     health = get(small_url + "/health")
     assert health["in_flight"] == 0 and health["sessions"]["live"] <= 2 and health["sessions"]["busy"] == 0
 
 
 def test_sessions_can_be_disabled():
     with _server(slots=1, max_sessions=0) as base:
-        status, body = post(base + "/run_code", {"code": "1", "language": "python", "session_id": "abc"})
-        assert status == 422 and "disabled" in body["detail"][0]["msg"]
+        reply = call(base, "1", session_id="abc")
+        assert http_status(reply) == 422 and "disabled" in reply.problem, reply.problem
         assert get(base + "/health")["sessions"] is None
 
 
 def test_the_tool_keeps_one_session_per_trajectory(url):
     pytest.importorskip("verl")
     import asyncio
-    import gc
 
-    from retool.tool import CodeInterpreterTool
+    from retool.tool import SESSION_ATTRIBUTE, CodeInterpreterTool
 
     class Trajectory:  # what ToolAgentLoop hands execute() as agent_data (weak-referenceable, like AgentData)
         def __init__(self):
             self.extra_fields = {}
 
     async def scenario():
-        tool = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code", "session_mode": "per_trajectory"})
+        # annotated: the reference's verl_retool behaviour would turn the last line `x = 6` into `print(x = 6)`
+        tool = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code", "session_mode": "per_trajectory",
+                                    "behaviour": "annotated"})
         first, second = Trajectory(), Trajectory()
 
         async def call(trajectory, code):
@@ -341,14 +405,11 @@ def test_the_tool_keeps_one_session_per_trajectory(url):
         assert await call(first, "x * 7") == "42"
         assert await call(second, "x * 7") == "49"
         live = get(url + "/health")["sessions"]["live"]
-        del first
-        gc.collect()
-        for _ in range(100):  # the finalizer's close request runs on the loop
-            await asyncio.sleep(0.1)
-            if get(url + "/health")["sessions"]["live"] == live - 1:
-                break
+        # The agent loop closes a trajectory's session when the trajectory ends.
+        await tool.close_session(getattr(first, SESSION_ATTRIBUTE))
         assert get(url + "/health")["sessions"]["live"] == live - 1
-        stateless = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code"})
+        assert await call(second, "x * 7") == "49"
+        stateless = CodeInterpreterTool({"sandbox_fusion_url": url + "/run_code", "behaviour": "annotated"})
         instance, _ = await stateless.create()
         await stateless.execute(instance, {"code": "y = 1"}, agent_data=second)
         response, _, _ = await stateless.execute(instance, {"code": "print(y)"}, agent_data=second)
@@ -415,6 +476,5 @@ def test_a_session_that_forges_reports_only_ends_itself(url):
     body = cell(url, a, "print(1)")
     assert "out of turn" in body["run_result"]["stderr"] and out(body) == "1\n"
     assert out(cell(url, b, "print(kept)")) == "b\n"
-    status, body = post(url + "/run_code", {"code": "print('stateless')", "language": "python"})
-    assert status == 200 and out(body) == "stateless\n"
+    assert out(run(url, "print('stateless')")) == "stateless\n"
     close(url, a), close(url, b)

@@ -1,19 +1,25 @@
-"""Fast unit tests of the pure pieces: output cap, path checks, request parsing, slot pool, configuration."""
+"""Fast unit tests of the pure pieces: output cap, path checks, request parsing, slot pool, configuration, uid
+ranges, the order of memory evictions."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from retool.sandbox import host
+from retool.sandbox.config import ServerConfig
 from retool.sandbox.executor import validate_paths
-from retool.sandbox.runs import CappedBuffer
-from retool.sandbox.isolation import BwrapIsolation, Interpreter
-from retool.sandbox.server import RequestError, ServerConfig, SlotPool, parse_run_request
+from retool.sandbox.isolation import BwrapIsolation, Interpreter, IsolationUnavailable
+from retool.sandbox.plumbing import CappedBuffer
+from retool.sandbox.protocol import RequestError, parse_run_request
+from retool.sandbox.server import SlotPool
+from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, reserve_uids
 
 
 def test_capped_buffer_keeps_head_and_counts_the_rest():
@@ -78,8 +84,12 @@ def test_parse_rejects_bad_fields(body, loc):
 
 
 def test_config_validation_names_the_problem():
-    with pytest.raises(ValueError, match="slots must be in 1..128"):
+    with pytest.raises(ValueError, match="slots must be in 1..4096"):
         ServerConfig(slots=0)
+    with pytest.raises(ValueError, match="max_sessions must be in 0..65536"):
+        ServerConfig(max_sessions=-1)
+    with pytest.raises(ValueError, match="not a module name"):
+        ServerConfig(preimport="numpy,../x")
     with pytest.raises(ValueError, match="max_timeout must be >= default_timeout"):
         ServerConfig(default_timeout=20, max_timeout=10)
 
@@ -161,18 +171,69 @@ def test_the_pattern_would_catch_an_x86_only_table():
     assert set(_ARCH_SPECIFIC.findall(sample)) == {"AUDIT_ARCH", "X86", "seccomp", "__NR_", "syscall("}
 
 
-def test_server_config_sessions_share_the_uid_block():
-    assert ServerConfig(slots=2).sessions == 64
-    assert ServerConfig(slots=100).sessions == 56  # 256 uids - 2 x 100
-    assert ServerConfig(slots=128).sessions == 0
-    with pytest.raises(ValueError, match="max_sessions must be in 0..256 - 2 x slots"):
-        ServerConfig(slots=100, max_sessions=57)
-    with pytest.raises(ValueError, match="not a module name"):
-        ServerConfig(preimport="numpy,../x")
+@pytest.mark.parametrize("cores,slots", [(1, 1), (2, 2), (8, 8), (16, 8), (128, 32), (192, 48), (320, 64), (512, 64)])
+def test_defaults_start_on_any_core_count_with_sessions(monkeypatch, cores, slots):
+    # The host's core count as the server reads it (CPU affinity, lowered to a CFS quota): every default follows.
+    monkeypatch.setattr(host, "cores", lambda: cores)
+    cfg = ServerConfig()
+    assert (cfg.slots, cfg.max_sessions, cfg.session_idle_timeout) == (slots, 1024, 3600.0)
+    assert cfg.uid_count == 2 * slots + 1024
+    assert cfg.ceiling().cpu_seconds == 60 * cores + 5  # the CPU-seconds backstop of a 60 s run on every core
+    assert ServerConfig(slots=4096, max_sessions=65536).uid_count == 73728
+
+
+@pytest.mark.parametrize("total_mb,floor_mb", [(24 * 1024, 2048), (1536 * 1024, 78643), (None, 2048)])
+def test_the_memory_floor_follows_the_host(monkeypatch, total_mb, floor_mb):
+    monkeypatch.setattr(host, "mem_total_mb", lambda: total_mb)
+    assert ServerConfig().memory_floor_mb == floor_mb  # 5% of the host's memory, at least 2 GiB
+    assert ServerConfig(session_memory_floor_mb=0).memory_floor_mb == 0
+
+
+def test_uid_ranges_of_servers_never_overlap(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("uids are reserved only by a root server")
+    lock_dir = str(tmp_path / "uids")
+    big = ServerConfig(slots=64).uid_count  # a 320-core host's default: 1152 uids
+    first, first_lock = reserve_uids(big, lock_dir=lock_dir)
+    second, second_lock = reserve_uids(big, lock_dir=lock_dir)
+    assert first == HIGH_UIDS.start and second == first + big  # contiguous, disjoint, both in the high region
+    with pytest.raises(IsolationUnavailable, match="overlap"):
+        reserve_uids(10, base=second + big - 1, lock_dir=lock_dir)
+    with pytest.raises(IsolationUnavailable, match="nobody"):
+        reserve_uids(10, base=65530, lock_dir=lock_dir)
+    os.close(first_lock)  # that server exited: its range is free again, its lock file is cleared away
+    again, again_lock = reserve_uids(big, lock_dir=lock_dir)
+    assert again == first and sorted(os.listdir(lock_dir)) == sorted(
+        ["registry.lock", f"{first}-{big}.lock", f"{second}-{big}.lock"])
+    os.close(second_lock), os.close(again_lock)
+
+
+def test_a_namespace_with_65536_uids_uses_the_low_range():
+    mapped = [range(0, 65536)]  # a rootless or user-namespaced container
+    assert _choose(1028, None, [], mapped) == LOW_UIDS.start
+    assert _choose(1028, None, [range(61000, 62028)], mapped) == 62028
+    with pytest.raises(IsolationUnavailable, match="lower --slots or --max-sessions"):
+        _choose(5000, None, [], mapped)
+    with pytest.raises(IsolationUnavailable, match="not all mapped"):
+        _choose(10, 70000, [], mapped)
+
+
+def test_memory_eviction_takes_the_least_recently_used_idle_session_first():
+    from retool.sandbox.sessions import Session, idle_by_age
+
+    def session(name, last_used, **state):
+        made = Session(name, sandbox=object(), last_used=last_used)
+        for key, value in state.items():
+            setattr(made, key, value)
+        return made
+
+    sessions = [session("new", 30.0), session("old", 10.0), session("running", 1.0, busy=True),
+                session("called", 2.0, waiting=1), session("middle", 20.0), Session("ended", last_used=0.0)]
+    assert [s.id for s in idle_by_age(sessions)] == ["old", "middle", "new"]
 
 
 def test_session_ids_are_plain_tokens():
-    from retool.sandbox.server import parse_session_id
+    from retool.sandbox.protocol import parse_session_id
 
     assert parse_session_id({}) is None and parse_session_id({"session_id": None}) is None
     assert parse_session_id({"session_id": "3f2a-9b:trajectory.1"}) == "3f2a-9b:trajectory.1"
@@ -183,14 +244,14 @@ def test_session_ids_are_plain_tokens():
 
 
 def test_a_session_cell_carries_code_and_files_in_its_stdin():
-    from retool.sandbox.runs import SessionCell
+    from retool.sandbox.session_sandbox import SessionCell
 
     payload = SessionCell.stdin_payload(None, "print('é')", {"d/a.txt": b"xy", "b": b""}, b"in")
     assert payload == b"11 2\nprint('\xc3\xa9')7 2\nd/a.txt" + b"xy" + b"1 0\nb" + b"in"
 
 
 def test_fork_server_ready_report_is_checked():
-    from retool.sandbox.runs import ForkServer
+    from retool.sandbox.forkserver import ForkServer
 
     def check(preimport: str, report: str) -> ForkServer:
         server = object.__new__(ForkServer)  # only the report parsing, no sandbox

@@ -2,65 +2,34 @@
 
 from __future__ import annotations
 
-import json
-import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from doctor_helpers import (QWEN3_4B, REPO, clear_run_choices, free_port, resolved_rl_config, rl_parquet,
+                            tiny_model_dir)
 
-from retool import doctor
-from retool.doctor import (FAIL, OK, SKIP, WARN, ConfigError, Devices, check_data, check_devices, check_memory,
-                           check_packages, check_patches, check_sandbox, check_tool_config, estimate_memory,
-                           load_config, main, param_count)
-from retool.sandbox.testing import running_sandbox
-
-REPO = Path(__file__).resolve().parents[2]
-QWEN3_4B = doctor.KNOWN_MODELS["qwen3-4b"]
-
-
-def rl_parquet(path: Path, with_agent: bool = True) -> Path:
-    row = {"data_source": "aime_2025", "prompt": [{"role": "user", "content": "1+1?"}],
-           "reward_model": {"style": "rule", "ground_truth": "2"}, "extra_info": {"index": "0"}}
-    if with_agent:
-        row["agent_name"] = "tool_agent"
-    pq.write_table(pa.Table.from_pylist([row]), path)
-    return path
+from retool.doctor.checks import FAIL, OK, SKIP, WARN
+from retool.doctor.cli import main
+from retool.doctor.config import ConfigError, load_config
+from retool.doctor.devices import Devices, check_devices
+from retool.doctor.estimate import estimate_memory, param_count
+from retool.doctor.inputs import check_data
+from retool.doctor.resources import check_memory
+from retool.doctor.sandbox import check_sandbox
+from retool.doctor.tool_config import check_tool_config
+from retool.doctor.versions import check_packages, check_patches
+from retool.sandbox.spawn import running_sandbox
 
 
-def tiny_model_dir(path: Path) -> Path:
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 384,
-        "vocab_size": 1000, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-        "tie_word_embeddings": True}))
-    (path / "tokenizer.json").write_text("{}")
-    (path / "model.safetensors").write_bytes(b"\0")
-    return path
-
-
-def resolved_rl_config(tmp_path: Path, model: Path, train: Path, val: Path, **trainer: object) -> dict:
-    return {
-        "trainer": {"device": "cpu", "nnodes": 1, "n_gpus_per_node": 1, **trainer},
-        "data": {"train_files": str(train), "val_files": [str(val)], "max_prompt_length": 256,
-                 "max_response_length": 256},
-        "actor_rollout_ref": {
-            "model": {"path": str(model), "enable_gradient_checkpointing": True},
-            "actor": {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 512,
-                      "fsdp_config": {"param_offload": False, "optimizer_offload": False}},
-            "rollout": {"prompt_length": 256, "response_length": 256, "gpu_memory_utilization": 0.5,
-                        "multi_turn": {"enable": True, "tool_config_path": str(REPO / "configs" / "tool.yaml")}},
-        },
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(autouse=True)
+def _no_run_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_run_choices(monkeypatch)
 
 
 # ---------------------------------------------------------------- whole command
@@ -69,7 +38,7 @@ def free_port() -> int:
 def test_failing_check_exits_nonzero_with_actionable_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = resolved_rl_config(tmp_path, tmp_path / "no-model", tmp_path / "no-train.parquet",
                              tmp_path / "no-val.parquet")
-    path = tmp_path / "dapo.resolved.yaml"
+    path = tmp_path / "rl.resolved.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["--config", str(path), "--sandbox-url", f"http://127.0.0.1:{free_port()}"]) == 1
     out = capsys.readouterr().out
@@ -83,7 +52,7 @@ def test_failing_check_exits_nonzero_with_actionable_line(tmp_path: Path, capsys
 def test_all_good_config_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = resolved_rl_config(tmp_path, tiny_model_dir(tmp_path / "model"), rl_parquet(tmp_path / "train.parquet"),
                              rl_parquet(tmp_path / "val.parquet"))
-    path = tmp_path / "dapo.resolved.yaml"
+    path = tmp_path / "rl.resolved.yaml"
     path.write_text(yaml.safe_dump(cfg))
     with running_sandbox() as url:
         code = main(["--config", str(path), "--sandbox-url", url + "/run_code"])
@@ -91,6 +60,12 @@ def test_all_good_config_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0, out
     assert "[FAIL]" not in out
     assert "[ OK ] memory:" in out and "[ OK ] data: train train.parquet (1 rows)" in out
+    assert ("[ OK ] profile data: train.parquet, val.parquet match the reference profile (PROFILE unset: the "
+            "launchers' default)") in out
+    assert "[ OK ] sandbox:" in out and "isolation bwrap" in out  # an RL config accepts nothing weaker
+    names = [line.split("]", 1)[1].split(":", 1)[0].strip() for line in out.splitlines()[:-1]]
+    assert names == ["python", "packages", "verl patches", "npu stack", "devices", "config", "model", "data",
+                     "profile data", "tool config", "sandbox url", "sandbox", "sessions", "ray", "memory", "disk"]
     # The tool config's own URL (port 8080) differs from the one checked: said, but not a failure.
     assert "[WARN] sandbox url:" in out
 
@@ -103,7 +78,7 @@ def test_doctor_checks_the_url_the_ray_workers_will_use(tmp_path: Path, capsys: 
                              rl_parquet(tmp_path / "val.parquet"))
     with running_sandbox() as url:
         cfg["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": url + "/run_code"}}}}
-        path = tmp_path / "dapo.resolved.yaml"
+        path = tmp_path / "rl.resolved.yaml"
         path.write_text(yaml.safe_dump(cfg))
         code = main(["--config", str(path)])
     out = capsys.readouterr().out
@@ -127,6 +102,14 @@ def test_sandbox_check_against_real_server() -> None:
     assert check_sandbox("localhost:8080").status == FAIL
 
 
+def test_python_m_retool_doctor_runs_the_checks() -> None:
+    proc = subprocess.run([sys.executable, "-m", "retool.doctor", "--sandbox-url", "localhost:8080"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "[FAIL] sandbox: 'localhost:8080' is not an http(s) URL" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("retool-doctor: ") and "failure(s)" in proc.stdout
+
+
 def test_launcher_dry_run_is_parsed(tmp_path: Path) -> None:
     script = tmp_path / "run_fake.sh"
     script.write_text(
@@ -148,7 +131,7 @@ def test_launcher_dry_run_is_parsed(tmp_path: Path) -> None:
 
 
 def test_recipe_hydra_config_is_composed() -> None:
-    cfg = load_config(REPO / "configs" / "dapo.yaml", ["device/dapo=cpu"])
+    cfg = load_config(REPO / "configs" / "rl.yaml", ["device/rl=cpu"])
     assert cfg["trainer"]["device"] == "cpu"
     assert cfg["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"].endswith("configs/tool.yaml")
 

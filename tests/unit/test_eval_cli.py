@@ -14,8 +14,8 @@ import yaml
 
 from retool.data import rl
 from retool.datasets import dataset_path
-from retool.eval import (EvalError, build_metrics, cli_overrides, compose_config, load_problems, main, parse_args,
-                         run_code_url, write_tool_config)
+from retool.eval.cli import build_metrics, check_sandbox, cli_overrides, compose_config, main, parse_args, write_tool_config
+from retool.eval.problems import EvalError, load_problems
 
 REPO = Path(__file__).resolve().parents[2]
 AIME25 = dataset_path("aime2025")
@@ -37,20 +37,22 @@ def test_load_aime_layouts_and_rl_parquet(tmp_path: Path) -> None:
         [(p.problem_id, p.prompt, p.ground_truth) for p in problems[:2]]
 
 
-def test_raw_files_get_the_chosen_prompt_style(tmp_path: Path) -> None:
-    from retool.data.prompt import ANSWER_INSTRUCTION, REFERENCE_ANSWER_FORMAT
+def test_raw_files_get_the_profile_s_prompt_style(tmp_path: Path) -> None:
+    from retool.data.prompt import ANSWER_INSTRUCTION, VERL_RETOOL_ANSWER_FORMAT
 
     problem = json.loads(AIME25.read_text().splitlines()[0])["problem"]
     reference = load_problems([AIME25], limit=1)[0].prompt[0]["content"]  # the default
-    recipe = load_problems([AIME25], limit=1, prompt_style="recipe")[0].prompt[0]["content"]
-    assert reference == problem + REFERENCE_ANSWER_FORMAT
-    assert recipe == f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
+    boxed = load_problems([AIME25], limit=1, prompt_style="qwen_boxed")[0].prompt[0]["content"]
+    assert reference == problem + VERL_RETOOL_ANSWER_FORMAT
+    assert boxed == f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
     with pytest.raises(ValueError, match="prompt style"):
         load_problems([AIME25], prompt_style="other")
-    args = parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"])
-    assert args.prompt_style == "reference"
-    assert parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o",
-                       "--prompt-style", "recipe"]).prompt_style == "recipe"
+    base = ["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"]
+    args = parse_args(base)
+    assert (args.profile, args.prompt_style) == ("reference", "verl_retool")
+    assert parse_args([*base, "--profile", "improved"]).prompt_style == "qwen_boxed"
+    assert parse_args([*base, "--profile", "improved", "--prompt-style", "verl_retool"]).prompt_style == "verl_retool"
+    assert cli_overrides(parse_args([*base, "--profile", "improved"]))[0] == "profile/rl=improved"
 
 
 def test_prepared_dapo_in_the_reference_style_is_used_as_is(tmp_path: Path) -> None:
@@ -89,28 +91,25 @@ def test_bad_rows_are_named(tmp_path: Path) -> None:
         load_problems([tmp_path / "missing.parquet"])
 
 
-def test_urls() -> None:
-    assert run_code_url("http://127.0.0.1:8080") == "http://127.0.0.1:8080/run_code"
-    assert run_code_url("http://127.0.0.1:8080/") == "http://127.0.0.1:8080/run_code"
-    assert run_code_url("http://h:1/run_code") == "http://h:1/run_code"
-    with pytest.raises(EvalError, match="http"):
-        run_code_url("127.0.0.1:8080")
+def test_a_sandbox_url_that_is_no_url_is_an_eval_error() -> None:
+    with pytest.raises(EvalError, match="--sandbox-url: .*http"):
+        check_sandbox("127.0.0.1:8080")
 
 
 def test_config_composition_and_flags() -> None:
     args = parse_args(["--model", "m", "--data", "d", "--sandbox-url", "http://x:1", "--output", "o",
-                       "--override", "+smoke=dapo", "--max-turns", "5", "--max-tokens", "300",
+                       "--override", "+smoke=rl", "--max-turns", "5", "--max-tokens", "300",
                        "--max-tool-response-length", "999"])
     overrides = cli_overrides(args)
-    assert overrides[0] == "+smoke=dapo"  # flags come after, so they win
-    cfg = compose_config(REPO / "configs" / "dapo.yaml", overrides)
+    assert overrides[:2] == ["profile/rl=reference", "+smoke=rl"]  # flags come after, so they win
+    cfg = compose_config(REPO / "configs" / "rl.yaml", overrides)
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.multi_turn.max_user_turns == 5 and rollout.multi_turn.max_assistant_turns == 5
     assert rollout.response_length == 300 and rollout.prompt_length == 512  # smoke prompt length kept
     assert rollout.multi_turn.max_tool_response_length == 999
     assert rollout.multi_turn.format == "hermes"
     with pytest.raises(EvalError, match="cannot compose"):
-        compose_config(REPO / "configs" / "dapo.yaml", ["actor_rollout_ref.no_such_key=1"])
+        compose_config(REPO / "configs" / "rl.yaml", ["actor_rollout_ref.no_such_key=1"])
 
 
 def test_tool_config_points_at_the_sandbox(tmp_path: Path) -> None:

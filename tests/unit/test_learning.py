@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
+import statistics
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy import stats
 
 from retool.learning import (LearningDataError, main, paired_change, report, t_quantile, training_curve,
                              validation_changes)
@@ -63,7 +66,33 @@ def test_interval_is_student_t_on_prompt_differences():
     # diffs 1, 0, 1: mean 2/3, sd 0.57735, t(2) = 4.303 -> half width 1.4343
     assert change.delta == pytest.approx(2 / 3)
     assert change.high - change.delta == pytest.approx(4.303 * 0.57735 / 3 ** 0.5, rel=1e-4)
-    assert t_quantile(1) == 12.706 and t_quantile(21) == 2.060 and t_quantile(500) == 1.960
+
+
+@pytest.mark.parametrize("prompts", [2, 5, 21, 64, 200])
+def test_interval_matches_scipy_for_every_number_of_prompts(prompts):
+    """The exact degrees of freedom: 64 prompts use t(63) = 1.998, not a rounded-up t(120) = 1.980."""
+    rng = random.Random(prompts)
+    questions = [f"What is {i} * 11?" for i in range(prompts)]
+    before = [record(q, float(rng.random() < 0.3), float(rng.random() < 0.2)) for q in questions for _ in range(4)]
+    after = [record(q, float(rng.random() < 0.6), float(rng.random() < 0.5)) for q in questions for _ in range(4)]
+    for metric in ("used_tool", "acc", "score"):
+        change = paired_change(before, after, metric)
+        by_prompt = {q: ([], []) for q in questions}
+        for side, records in enumerate((before, after)):
+            for r in records:
+                by_prompt[r["input"].split("user\n")[1].split("\n")[0]][side].append(r[metric])
+        diffs = [statistics.fmean(b) - statistics.fmean(a) for a, b in by_prompt.values()]
+        if statistics.pstdev(diffs) == 0:
+            continue
+        expected = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+        assert (change.low, change.high) == pytest.approx((expected.low, expected.high), rel=1e-9, abs=1e-12)
+    assert t_quantile(prompts - 1) == pytest.approx(stats.t.ppf(0.975, prompts - 1), rel=1e-12)
+
+
+def test_t_quantile_needs_two_prompts():
+    assert t_quantile(63) == pytest.approx(1.9983405, rel=1e-6) and t_quantile(1) == pytest.approx(12.7062, rel=1e-4)
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        t_quantile(0)
 
 
 def test_tool_use_is_read_from_the_text_when_the_reward_did_not_record_it(tmp_path):

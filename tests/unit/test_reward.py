@@ -1,25 +1,21 @@
-"""retool.reward: the reference strict-box rule, the normalized matcher, shaping rules, and the dict verl consumes."""
+"""retool.reward and retool.answers: the strict-box rule, the normalized matcher, shaping rules, and the dict verl
+consumes."""
 
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pytest
 
 from retool import reward
-from retool.reward import (
-    canonical_answer,
-    compute_score,
-    extract_boxed_answer,
-    reference_boxed_answer,
-)
+from retool.answers import canonical_answer, extract_boxed_answer, strict_box_answer
+from retool.reward import MissingNumTurns, compute_score
 
 from retool.tool_outcomes import OUTCOME_KEYS
 
 TOOL_TURNS = {"num_turns": 4}  # one tool round: no shaping under the default rule
-KEYS = ["score", "acc", "acc_reference", "acc_normalized", "pred", "has_answer", "num_turns", "tool_rounds",
+KEYS = ["score", "acc", "acc_strict_box", "acc_normalized", "pred", "has_answer", "num_turns", "tool_rounds",
         "used_tool", *OUTCOME_KEYS]
 CALL = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(5 * 5)"}}\n</tool_call>'
 
@@ -105,10 +101,10 @@ CASES = [
 def test_answer_table(text, truth, reference_acc, normalized_acc):
     default = score(text, truth)
     normalized = score(text, truth, answer_match="normalized")
-    assert (default["acc_reference"], default["acc_normalized"]) == (reference_acc, normalized_acc)
+    assert (default["acc_strict_box"], default["acc_normalized"]) == (reference_acc, normalized_acc)
     assert (default["acc"], default["score"]) == (reference_acc, 1.0 if reference_acc else -1.0)
     assert (normalized["acc"], normalized["score"]) == (normalized_acc, 1.0 if normalized_acc else -1.0)
-    assert (normalized["acc_reference"], normalized["acc_normalized"]) == (reference_acc, normalized_acc)
+    assert (normalized["acc_strict_box"], normalized["acc_normalized"]) == (reference_acc, normalized_acc)
 
 
 def test_table_is_large_and_covers_both_disagreements():
@@ -118,8 +114,8 @@ def test_table_is_large_and_covers_both_disagreements():
 
 @pytest.mark.verl
 @pytest.mark.parametrize(("text", "truth"), [pytest.param(c[1], c[2], id=c[0]) for c in CASES])
-def test_reference_rule_agrees_with_verl_math_dapo_strict_box(text, truth):
-    """verl's own math_dapo (strict box, as the reference recipe calls it) gives the same acc and pred."""
+def test_strict_box_agrees_with_verl_math_dapo_strict_box(text, truth):
+    """verl's own math_dapo (strict box, as the reference run's recipe calls it) gives the same acc and pred."""
     from verl.utils.reward_score import math_dapo
 
     expected = math_dapo.compute_score(text, truth, strict_box_verify=True)
@@ -129,12 +125,12 @@ def test_reference_rule_agrees_with_verl_math_dapo_strict_box(text, truth):
     assert result["pred"] == (expected["pred"] if expected["pred"] not in (None, "[INVALID]") else "")
 
 
-def test_reference_extraction_details():
-    assert reference_boxed_answer("\\boxed{ 34 }") == " 34 "  # no strip
-    assert reference_boxed_answer("\\boxed{\\boxed{5}}") == "5"  # rfind lands on the inner box
-    assert reference_boxed_answer("\\boxed{25} then \\boxed{2") is None  # no fallback to an earlier box
-    assert reference_boxed_answer("\\boxed{25}" + "x" * 91) is None  # the box starts 101 characters from the end
-    assert reference_boxed_answer("x" * 500 + "\\boxed{\\{1,2\\}}") == "\\{1,2\\}"
+def test_strict_box_extraction_details():
+    assert strict_box_answer("\\boxed{ 34 }") == " 34 "  # no strip
+    assert strict_box_answer("\\boxed{\\boxed{5}}") == "5"  # rfind lands on the inner box
+    assert strict_box_answer("\\boxed{25} then \\boxed{2") is None  # no fallback to an earlier box
+    assert strict_box_answer("\\boxed{25}" + "x" * 91) is None  # the box starts 101 characters from the end
+    assert strict_box_answer("x" * 500 + "\\boxed{\\{1,2\\}}") == "\\{1,2\\}"
 
 
 def test_pred_follows_the_matcher_so_majority_votes_agree_with_acc():
@@ -150,7 +146,7 @@ def test_pred_follows_the_matcher_so_majority_votes_agree_with_acc():
         assert norm["acc"] == float(norm["has_answer"] == 1.0 and norm["pred"] == canonical_answer(truth))
 
 
-@pytest.mark.parametrize("mode", ["reference", "normalized"])
+@pytest.mark.parametrize("mode", ["strict_box", "normalized"])
 def test_no_box_is_wrong_with_empty_pred(mode):
     result = score("The answer is 25.", "25", answer_match=mode)
     assert result["score"] == -1.0 and result["acc"] == 0.0
@@ -158,8 +154,9 @@ def test_no_box_is_wrong_with_empty_pred(mode):
 
 
 def test_unknown_answer_match_is_rejected():
-    with pytest.raises(ValueError, match=r"answer_match.*'reference', 'normalized'.*'strict'"):
-        score("\\boxed{25}", "25", answer_match="strict")
+    for bad in ("strict", "reference"):
+        with pytest.raises(ValueError, match=rf"answer_match.*'strict_box', 'normalized'.*'{bad}'"):
+            score("\\boxed{25}", "25", answer_match=bad)
 
 
 def test_normalized_extraction():
@@ -233,9 +230,9 @@ def test_unmatched_fence_does_not_swallow_the_answer():
     ],
 )
 def test_numeric_ground_truths(truth, text):
-    for mode in ("reference", "normalized"):
+    for mode in ("strict_box", "normalized"):
         result = score(text, truth, answer_match=mode)
-        assert (result["acc"], result["acc_reference"], result["acc_normalized"]) == (1.0, 1.0, 1.0), mode
+        assert (result["acc"], result["acc_strict_box"], result["acc_normalized"]) == (1.0, 1.0, 1.0), mode
     assert score("\\boxed{24}", truth)["acc"] == 0.0
 
 
@@ -261,20 +258,20 @@ def test_non_finite_ground_truths_are_rejected(bad):
 @pytest.mark.parametrize(
     ("rule", "correct", "num_turns", "expected"),
     [
-        ("seed", True, 2, 0.6),
-        ("seed", True, 3, 0.6),  # (3 - 2) // 2 == 0: the reference still counts no tool call
-        ("seed", True, 4, 1.0),
-        ("seed", False, 2, -1.4),
-        ("seed", False, 6, -1.0),
-        ("seed", False, 0, -1.0),  # (0 - 2) // 2 == -1: the reference does not penalise
-        ("seed", True, 1, 1.0),
-        ("verl", True, 2, 1.0),
-        ("verl", True, 10, 1.0),
-        ("verl", False, 2, -1.0),
-        ("verl", False, 4, -0.9),
-        ("verl", False, 8, -0.7),
-        ("verl", False, 10, -0.6),
-        ("verl", False, 30, -0.6),
+        ("no_tool_penalty", True, 2, 0.6),
+        ("no_tool_penalty", True, 3, 0.6),  # (3 - 2) // 2 == 0: the reference still counts no tool call
+        ("no_tool_penalty", True, 4, 1.0),
+        ("no_tool_penalty", False, 2, -1.4),
+        ("no_tool_penalty", False, 6, -1.0),
+        ("no_tool_penalty", False, 0, -1.0),  # (0 - 2) // 2 == -1: the reference does not penalise
+        ("no_tool_penalty", True, 1, 1.0),
+        ("tool_round_credit", True, 2, 1.0),
+        ("tool_round_credit", True, 10, 1.0),
+        ("tool_round_credit", False, 2, -1.0),
+        ("tool_round_credit", False, 4, -0.9),
+        ("tool_round_credit", False, 8, -0.7),
+        ("tool_round_credit", False, 10, -0.6),
+        ("tool_round_credit", False, 30, -0.6),
         ("none", True, 2, 1.0),
         ("none", False, 2, -1.0),
     ],
@@ -291,10 +288,10 @@ def test_shaping_applies_to_the_chosen_matcher():
     # wrong under reference, right under normalized; no tool call
     assert score("\\boxed{034}", "34", {"num_turns": 2})["score"] == pytest.approx(-1.4)
     assert score("\\boxed{034}", "34", {"num_turns": 2}, answer_match="normalized")["score"] == pytest.approx(0.6)
-    assert score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="verl")["score"] == pytest.approx(-0.9)
+    assert score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="tool_round_credit")["score"] == pytest.approx(-0.9)
 
 
-def test_defaults_are_reference_matcher_and_seed_rule():
+def test_defaults_are_strict_box_and_no_tool_penalty():
     assert score("\\boxed{25}", "25", {"num_turns": 2})["score"] == pytest.approx(0.6)
     assert score("\\boxed{025}", "25")["acc"] == 0.0
 
@@ -305,15 +302,11 @@ def test_unknown_shaping_rule_is_rejected():
 
 
 @pytest.mark.parametrize("extra_info", [None, {}, {"num_turns": None}, {"index": 3}])
-def test_missing_num_turns_gives_unshaped_score_nan_turns_and_one_warning(extra_info, monkeypatch, caplog):
-    monkeypatch.setattr(reward, "_warned", set())
-    with caplog.at_level(logging.WARNING, logger="retool.reward"):
-        right = score("\\boxed{25}", "25", extra_info)
-        wrong = score("\\boxed{24}", "25", extra_info, tool_shaping="verl")
-    assert right["score"] == 1.0 and wrong["score"] == -1.0
-    for key in ("num_turns", "tool_rounds", "used_tool"):
-        assert math.isnan(right[key])
-    assert len([r for r in caplog.records if "num_turns" in r.message]) == 1
+@pytest.mark.parametrize("rule", ["no_tool_penalty", "tool_round_credit", "none"])
+def test_missing_num_turns_stops_the_run_with_the_fix(extra_info, rule):
+    """A reward manager that drops num_turns (verl's dapo manager) would turn the shaping off silently."""
+    with pytest.raises(MissingNumTurns, match="reward.reward_manager.name=naive"):
+        score("\\boxed{25}", "25", extra_info, tool_shaping=rule)
 
 
 def test_num_turns_as_numpy_integer():
@@ -335,13 +328,13 @@ def test_same_rule_for_every_data_source(data_source):
     assert compute_score(data_source, "\\boxed{025}", 25, {"num_turns": 2})["acc"] == 0.0
 
 
-@pytest.mark.parametrize("mode", ["reference", "normalized"])
+@pytest.mark.parametrize("mode", ["strict_box", "normalized"])
 def test_result_keys_and_types_are_the_same_for_every_outcome(mode):
     outcomes = [
         score("\\boxed{25}", "25", answer_match=mode),
         score("no answer", "25", answer_match=mode),
-        score("\\boxed{7}", "25", None, answer_match=mode),
-        score("\\boxed{x}", "25", {"num_turns": 2}, tool_shaping="verl", answer_match=mode),
+        score("\\boxed{7}", "25", {"num_turns": 8}, answer_match=mode),
+        score("\\boxed{x}", "25", {"num_turns": 2}, tool_shaping="tool_round_credit", answer_match=mode),
         score("\\boxed{025}", 25.0, answer_match=mode),
     ]
     for result in outcomes:
@@ -363,14 +356,13 @@ def test_verl_call_kwargs_are_accepted_and_unknown_ones_reported(monkeypatch, ca
     monkeypatch.setattr(reward, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="retool.reward"):
         score("\\boxed{25}", "25", reward_router_address=None, reward_model_tokenizer=None,
-              answer_match="reference", tool_shaping="seed")
+              answer_match="strict_box", tool_shaping="no_tool_penalty")
         assert not caplog.records
-        assert score("\\boxed{25}", "25", tool_shapping="verl")["score"] == 1.0
+        assert score("\\boxed{25}", "25", tool_shapping="tool_round_credit")["score"] == 1.0
     assert "tool_shapping" in caplog.text
 
 
 @pytest.mark.verl
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN turns of the unknown row
 def test_verl_forwards_reward_kwargs_and_aggregates_the_dict():
     """Load compute_score the way verl 0.9.1 does and feed its dicts to verl's validation metrics."""
     from omegaconf import OmegaConf
@@ -391,22 +383,22 @@ def test_verl_forwards_reward_kwargs_and_aggregates_the_dict():
         )
         return get_custom_reward_fn(config)
 
-    fn = load({"tool_shaping": "verl"})
+    fn = load({"tool_shaping": "tool_round_credit"})
     # called exactly as verl's naive reward manager calls it (keywords only)
     wrong = fn(data_source="aime_2025", solution_str="\\boxed{24}", ground_truth="25", extra_info={"num_turns": 6})
     assert wrong["score"] == pytest.approx(-0.8)  # verl rule: min(-0.6, -1 + 0.1 * 2)
 
     texts = ["\\boxed{25}", "\\boxed{025}", "\\boxed{24}", "none"]
-    for reward_kwargs, acc_mean in (({"tool_shaping": "verl"}, 0.25), ({"answer_match": "normalized"}, 0.5)):
+    for reward_kwargs, acc_mean in (({"tool_shaping": "tool_round_credit"}, 0.25), ({"answer_match": "normalized"}, 0.5)):
         fn = load(reward_kwargs)
         results = [
             fn(data_source="aime_2025", solution_str=t, ground_truth="25", extra_info={"num_turns": n})
-            for t, n in zip(texts, [4, 2, 4, None], strict=True)
+            for t, n in zip(texts, [4, 2, 4, 6], strict=True)
         ]
         infos = {key: [r[key] for r in results] for key in results[0]}
         metrics = process_validation_metrics(["aime_2025"] * 4, ["uid0"] * 4, infos)
         assert metrics["aime_2025"]["acc"]["mean@4"] == pytest.approx(acc_mean)
-        assert metrics["aime_2025"]["acc_reference"]["mean@4"] == pytest.approx(0.25)
+        assert metrics["aime_2025"]["acc_strict_box"]["mean@4"] == pytest.approx(0.25)
         assert metrics["aime_2025"]["acc_normalized"]["mean@4"] == pytest.approx(0.5)
         assert 0.0 <= metrics["aime_2025"]["acc"]["maj@4/mean"] <= 1.0  # majority votes ran on `pred`
         assert "pred" not in metrics["aime_2025"]
@@ -416,5 +408,5 @@ def test_tool_outcomes_in_extra_info_become_reward_fields():
     # what the tool counts into agent_data.extra_fields arrives merged into extra_info (verl's naive manager)
     extra = {"num_turns": 6, "tool_calls": 2, "tool_ok": 1, "tool_timeout": 1, "tool_truncated": 1}
     result = compute_score("aime_2025", CALL + " \\boxed{25}", "25", extra)
-    assert [result[k] for k in OUTCOME_KEYS] == [2.0, 1.0, 0.0, 1.0, 0.0, 1.0]
-    assert [compute_score("aime_2025", "\\boxed{25}", "25", {"num_turns": 2})[k] for k in OUTCOME_KEYS] == [0.0] * 6
+    assert [result[k] for k in OUTCOME_KEYS] == [2.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    assert [compute_score("aime_2025", "\\boxed{25}", "25", {"num_turns": 2})[k] for k in OUTCOME_KEYS] == [0.0] * 8

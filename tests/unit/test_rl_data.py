@@ -33,7 +33,7 @@ def raw_aime(relative: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("style", ["reference", "recipe"])
+@pytest.mark.parametrize("style", ["verl_retool", "qwen_boxed"])
 @pytest.mark.parametrize(("relative", "data_source"), AIME_FILES)
 def test_real_aime_files_become_tool_agent_rows(tmp_path, relative, data_source, style):
     out = tmp_path / "rl.parquet"
@@ -48,7 +48,7 @@ def test_real_aime_files_become_tool_agent_rows(tmp_path, relative, data_source,
         truth = str(int(raw.get("answer", raw.get("Answer"))))  # "025" -> "25"
         assert row["data_source"] == data_source and row["ability"] == "MATH" and row["agent_name"] == "tool_agent"
         # reference: the problem exactly as in the file, then a newline and the answer-format line
-        if style == "reference":
+        if style == "verl_retool":
             expected = f"{problem}\n{REFERENCE_LINE}"
         else:
             expected = f"{problem.strip()}\n\n{ANSWER_INSTRUCTION}"
@@ -133,7 +133,7 @@ def test_dapo_reference_prompt_keeps_the_dapo_text_and_appends_the_answer_format
 
 
 def test_dapo_recipe_prompt_swaps_the_answer_instruction_for_the_boxed_one():
-    row = convert_row(dapo_row(*PROBLEMS[0]), "dapo", prompt_style="recipe")
+    row = convert_row(dapo_row(*PROBLEMS[0]), "dapo", prompt_style="qwen_boxed")
     content = row["prompt"][0]["content"]
     assert content == f"{PROBLEMS[0][0]}\n\n{ANSWER_INSTRUCTION}"
     assert "Answer:" not in content and DAPO_PREFIX.strip() not in content
@@ -236,8 +236,8 @@ def test_cli_on_real_aime_2025(tmp_path, capsys):
 def test_cli_prompt_style(tmp_path, capsys):
     source = AIME_DIR / "aime2025/test.jsonl"
     first = raw_aime("aime2025/test.jsonl")[0]["problem"]
-    for style, expected in (("reference", f"{first}\n{REFERENCE_LINE}"),
-                            ("recipe", f"{first.strip()}\n\n{ANSWER_INSTRUCTION}")):
+    for style, expected in (("verl_retool", f"{first}\n{REFERENCE_LINE}"),
+                            ("qwen_boxed", f"{first.strip()}\n\n{ANSWER_INSTRUCTION}")):
         out = tmp_path / f"{style}.parquet"
         assert main(["--input", str(source), "--output", str(out), "--limit", "1", "--prompt-style", style]) == 0
         assert f"prompt style {style}" in capsys.readouterr().out

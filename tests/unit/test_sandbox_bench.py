@@ -158,3 +158,23 @@ def test_machine_names_an_arm_cpu(bench, monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench, "Path", lambda p: real(cpuinfo) if p == "/proc/cpuinfo" else real(p))
     assert bench._cpu_model() == "HiSilicon Kunpeng 920"
+
+
+def _sessions_row(cell: str, sessions: int, before: float, idle: float, pss: float | None) -> dict:
+    return {"cell": cell, "sessions": sessions, "live": sessions, "opened_s": 2.5, "first_p50": 120.0,
+            "first_p99": 400.0, "later_p50": 40.0, "mem_before": before, "mem_idle": idle, "mem_closed": before,
+            "pss": pss, "floor_mb": 2048, "max_sessions": 1024}
+
+
+def test_the_sessions_section_states_what_was_measured_and_what_fits(bench):
+    meta = {"date": "2026-12-01", "machine": "test", "isolation": "bwrap", "slots": 2, "concurrency": 4}
+    rows = [_sessions_row("plain", 100, 20048.0, 19048.0, 700.0),  # 10 MiB by MemAvailable, 7 by Pss
+            _sessions_row("numpy+sympy", 50, 20048.0, 17548.0, 4000.0)]  # 50 by MemAvailable, 80 by Pss
+    text = bench.render_sessions(rows, meta)
+    assert "| plain: `x = 1` | 100 | 100 | 2.5 | 120.0 / 400.0 | 40.0 | 10.0 | 7.0 | 1800 |" in text
+    # the larger per-session figure decides what fits: (20048 - 2048) / 80
+    assert "| numpy+sympy: `import numpy, sympy; x = numpy.arange(10)` | 50 | 50 | 2.5 | 120.0 / 400.0 | 40.0 " \
+           "| 50.0 | 80.0 | 225 |" in text
+    assert "`bench/sandbox_bench.py --sessions 100`" in text and "memory floor 2048 MiB" in text
+    unknown = bench.render_sessions([_sessions_row("plain", 10, 12048.0, 11948.0, None)], meta)
+    assert "| 10.0 | - | 1000 |" in unknown  # not root: no Pss, MemAvailable alone

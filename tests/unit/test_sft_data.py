@@ -79,17 +79,17 @@ def test_reference_user_turn_keeps_the_question_and_the_format_line_without_tags
         assert leftover not in user
     # Only the tags go: text around them, inner whitespace and anything after the format line are kept.
     raw = "Template <answer>x</answer>\n*user question:*\n  Q <answer>1</answer> end. \n\nTail\n<answer>\n"
-    assert user_turn(raw, "reference") == "Q 1 end. \n\nTail"
+    assert user_turn(raw, "verl_retool") == "Q 1 end. \n\nTail"
 
 
 def test_recipe_user_turn_keeps_only_the_question_and_the_boxed_instruction():
-    user = convert_row(two_call_row(), prompt_style="recipe")[0]["content"]
+    user = convert_row(two_call_row(), prompt_style="qwen_boxed")[0]["content"]
     assert user == f"{QUESTION}\n\n{ANSWER_INSTRUCTION}"
     # The raw template, its tags and the doubled braces of the format line are gone.
     for leftover in ("*user question:*", "{{", "<answer>", "<code>", "Remember to place"):
         assert leftover not in user
     # Only the user turn depends on the style.
-    assert convert_row(two_call_row(), prompt_style="recipe")[1:] == convert_row(two_call_row())[1:]
+    assert convert_row(two_call_row(), prompt_style="qwen_boxed")[1:] == convert_row(two_call_row())[1:]
 
 
 def test_unknown_prompt_style_is_rejected(tmp_path, tool_yaml):
@@ -242,7 +242,7 @@ def mixed_rows() -> list[dict]:
 def test_preprocess_writes_messages_and_tools_and_reports_rows(tmp_path, tool_yaml):
     source = raw_parquet(tmp_path / "train_2000.parquet", mixed_rows())
     summary = preprocess(source, tmp_path / "out" / "sft.parquet", tool_yaml)
-    assert summary["prompt_style"] == "reference"
+    assert summary["prompt_style"] == "verl_retool"
     assert (summary["rows_read"], summary["converted"], summary["skipped"]) == (4, 2, 2)
     assert [(s["row"], s["kind"]) for s in summary["skipped_rows"]] == [(1, "no_question"), (3, "unclosed_tag")]
     assert summary["skip_reasons"] == {"no_question": 1, "unclosed_tag": 1}
@@ -315,7 +315,7 @@ def test_cli_summary_report_and_errors(tmp_path, tool_yaml, capsys):
 
 def test_cli_prompt_style(tmp_path, tool_yaml, capsys):
     source = raw_parquet(tmp_path / "raw.parquet", [two_call_row()])
-    for style, expected in (("reference", REFERENCE_USER), ("recipe", f"{QUESTION}\n\n{ANSWER_INSTRUCTION}")):
+    for style, expected in (("verl_retool", REFERENCE_USER), ("qwen_boxed", f"{QUESTION}\n\n{ANSWER_INSTRUCTION}")):
         out = tmp_path / f"{style}.parquet"
         assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
                      "--prompt-style", style]) == 0

@@ -230,12 +230,12 @@ def test_rl_prompt_is_the_sft_prefix(rl_schemas, tokenizer, tmp_path):
     question = "How many primes are less than $30$?"
     sft_raw = sft_row(question, code("print(10)") + "\n" + output("10") + "\n" + answer("10"))
     dapo_raw = dapo_row(question, "10", "9a1f0c1e-0000-4000-8000-000000000002")
-    for style in ("recipe", "reference"):
+    for style in ("qwen_boxed", "verl_retool"):
         sft_messages = convert_row(sft_raw, prompt_style=style)
         rl_prompt = rl.convert_row(dapo_raw, "dapo", prompt_style=style)["prompt"]
         sft_text = tokenizer.apply_chat_template(sft_messages, tools=rl_schemas, tokenize=False)
         sft_ids = tokenizer(sft_text, add_special_tokens=False)["input_ids"]
-        if style == "recipe":
+        if style == "qwen_boxed":
             assert rl_prompt[0]["content"] == sft_messages[0]["content"]
             rl_ids = builder.build_initial_tokens(rl_prompt, tools=rl_schemas)
             assert sft_ids[:len(rl_ids)] == rl_ids

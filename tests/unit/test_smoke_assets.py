@@ -139,15 +139,15 @@ def test_missing_inputs_fail_fast_with_a_clear_message(tmp_path: Path, capsys: p
 
 
 def test_smoke_converts_with_one_prompt_shape_by_default(tmp_path: Path) -> None:
-    """The tiny model must meet in RL the prompt shape it was fine-tuned on; the reference style gives two."""
-    assert build.SMOKE_PROMPT_STYLE == "recipe"
-    assert build.BuildOptions(out=tmp_path).prompt_style == "recipe"
-    assert build.parse_args(["--out", str(tmp_path)]).prompt_style == "recipe"
-    opts = build.parse_args(["--out", str(tmp_path), "--prompt-style", "reference"])
-    assert opts.prompt_style == "reference"
-    assert opts.data_inputs()["prompt_style"] == "reference"  # a change of style rebuilds the data
+    """The tiny model must meet in RL the prompt shape it was fine-tuned on; the reference profile gives two."""
+    assert build.SMOKE_PROFILE == "improved"
+    assert build.BuildOptions(out=tmp_path).prompt_style == "qwen_boxed"
+    assert build.parse_args(["--out", str(tmp_path)]).prompt_style == "qwen_boxed"
+    opts = build.parse_args(["--out", str(tmp_path), "--profile", "reference"])
+    assert (opts.prompt_style, opts.resolved_tool_config().name) == ("verl_retool", "tool.yaml")
+    assert opts.data_inputs()["profile"] == "reference"  # a change of profile rebuilds the data
     with pytest.raises(SystemExit):
-        build.parse_args(["--out", str(tmp_path), "--prompt-style", "mine"])
+        build.parse_args(["--out", str(tmp_path), "--profile", "mine"])
 
 
 def _sha256(path: Path) -> str:
@@ -208,8 +208,8 @@ def test_build_writes_converted_data_and_a_manifest(assets: tuple[Path, dict]) -
     rl = pq.read_table(out / "data/rl_train.parquet").to_pylist()
     assert all(r["reward_model"]["ground_truth"] == str(_expected_answer(
         re.search(r"What is [^?]*\?", r["prompt"][-1]["content"]).group(0))) for r in rl)
-    # One prompt shape everywhere: question, blank line, the recipe's instruction (SFT, RL, synthetic and AIME val).
-    assert manifest["data_inputs"]["prompt_style"] == "recipe"
+    # One prompt shape everywhere: question, blank line, the qwen_boxed instruction (SFT, RL, synthetic and AIME val).
+    assert manifest["data_inputs"]["profile"] == "improved"
     suffix = f"\n\n{ANSWER_INSTRUCTION}"
     for rel, question_of in (("data/sft_train.parquet", lambda r: r["messages"][0]["content"]),
                              ("data/rl_train.parquet", lambda r: r["prompt"][0]["content"]),

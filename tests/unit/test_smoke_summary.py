@@ -25,7 +25,7 @@ def make_run(run_dir: Path) -> None:
     pq.write_table(pa.table({"prompt": [[{"role": "user", "content": q}] for q in QUESTIONS]}), val_file)
     (run_dir / "sft.resolved.yaml").write_text(yaml.safe_dump(
         {"engine": {"mixed_precision": {"param_dtype": "float32"}}}))
-    (run_dir / "dapo.resolved.yaml").write_text(yaml.safe_dump({
+    (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump({
         "data": {"val_files": [str(val_file), str(run_dir / "rl_val_aime2025.parquet")]},
         "actor_rollout_ref": {"actor": {"fsdp_config": {"mixed_precision": {"param_dtype": "float32"}}},
                               "rollout": {"dtype": "float32"}}}))

@@ -7,13 +7,13 @@ import pytest
 from retool.tool_outcomes import OUTCOME_KEYS, outcome_fields, record
 
 
-def test_counts_per_status_and_truncation():
+def test_counts_per_status_truncation_and_lost_sessions():
     fields: dict = {}
-    for status, cut in [("ok", 0), ("ok", 10), ("error_exit", 0), ("bad_input", 0), ("timeout", 5),
-                        ("sandbox_error", 0), ("unavailable", 0)]:
-        record(fields, {"status": status, "truncated_chars": cut})
+    for status, cut, lost in [("ok", 0, 0), ("ok", 10, 1), ("error_exit", 0, 0), ("bad_input", 0, 0),
+                              ("timeout", 5, 0), ("sandbox_error", 0, 0), ("unavailable", 0, 0)]:
+        record(fields, {"status": status, "truncated_chars": cut, "session_lost": lost})
     assert fields == {"tool_calls": 7, "tool_ok": 2, "tool_error": 2, "tool_timeout": 1, "tool_unavailable": 2,
-                      "tool_truncated": 2}
+                      "tool_truncated": 2, "tool_session_lost": 1}
     assert outcome_fields(fields) == {k: float(fields[k]) for k in OUTCOME_KEYS}
 
 

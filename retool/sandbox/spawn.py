@@ -1,4 +1,5 @@
-"""Start a real ``retool-sandbox`` server for tests and tools.
+"""Start a real ``retool-sandbox`` server as a child process, for a run that needs its own (the learning runs, the
+benchmark, retool-eval's tests and the test suite).
 
 ``running_sandbox(**opts)`` launches ``python -m retool.sandbox serve --port 0`` as a child process, waits until
 ``GET /v1/ping`` answers, yields the base URL (e.g. ``http://127.0.0.1:41234``) and stops the server on exit.
@@ -9,7 +10,6 @@ Keyword options become CLI flags: ``slots=2`` -> ``--slots 2``, ``isolation="rli
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -17,9 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
+
+from retool.constants import REPO_ROOT
+from retool.sandbox.client import SandboxClient, SandboxUnreachable
 
 _READY = re.compile(r"retool-sandbox ready at (http://\S+)")
 
@@ -37,12 +39,12 @@ def _flags(opts: dict[str, Any]) -> list[str]:
     return args
 
 
-def _ping(url: str, timeout: float = 2.0) -> bool:
+def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/v1/ping", timeout=timeout) as resp:
-            return json.loads(resp.read()) == "pong"
-    except (OSError, ValueError):
+        SandboxClient(url).ping(timeout=2.0)
+    except SandboxUnreachable:
         return False
+    return True
 
 
 @contextlib.contextmanager
@@ -68,8 +70,7 @@ def running_sandbox(
     cmd += _flags(opts)
     env = {**os.environ, **(env or {})}
     # Make the package importable even when it is not installed (e.g. a fresh checkout).
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     # Log to a file, never to a pipe that nobody drains (a full pipe would block the server).
     log = tempfile.NamedTemporaryFile(prefix="retool-sandbox-", suffix=".log", delete=False)
@@ -93,7 +94,7 @@ def _wait_ready(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:
         if url is None:
             match = _READY.search(text)
             url = match.group(1) if match else None
-        if url is not None and _ping(url):
+        if url is not None and _answers(url):
             return url
         if proc.poll() is not None:
             raise RuntimeError(

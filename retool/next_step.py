@@ -1,0 +1,50 @@
+"""What to run after a stage, with the paths of the run that just finished: ``python -m retool.next_step sft|rl DIR``.
+
+scripts/launch.sh prints it when a stage ends, so the merge, RL, report and evaluation commands name this run's
+folders (a glob like runs/sft-* would match every earlier run too).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def last_checkpoint(run_dir: Path, stage: str) -> Path | None:
+    config = yaml.safe_load((run_dir / f"{stage}.resolved.yaml").read_text())
+    checkpoints = Path(config["trainer"]["default_local_dir"])
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    return checkpoints / f"global_step_{marker.read_text().strip()}" if marker.is_file() else None
+
+
+def commands(stage: str, run_dir: Path) -> list[str]:
+    step = last_checkpoint(run_dir, stage)
+    profile = os.environ.get("PROFILE", "reference")  # the launcher exports it
+    if step is None:
+        return [f"# {stage} saved no checkpoint in {run_dir}"]
+    if stage == "sft":
+        return [f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
+                f"python -m verl.model_merger merge --backend fsdp --local_dir {step} --target_dir {run_dir / 'merged'}",
+                f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} ./run_qwen3_4b_dapo_npu.sh"]
+    return [f"# RL done: {step}. Curves and a report, then evaluate the merged actor:",
+            f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'} --output {run_dir / 'report'}",
+            f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} "
+            f"--target_dir {run_dir / 'merged'}",
+            f"retool-eval --model {run_dir / 'merged'} --profile {profile} --data retool/datasets/aime2025/test.jsonl "
+            f"--n 30 --sandbox-url http://127.0.0.1:8080 --output {run_dir / 'eval'}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in ("sft", "rl"):
+        print("usage: python -m retool.next_step sft|rl RUN_DIR", file=sys.stderr)
+        return 2
+    print("\n".join(commands(args[0], Path(args[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

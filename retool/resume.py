@@ -1,0 +1,169 @@
+"""Resuming a stage in its own run folder after a crash: same config, last checkpoint, one TensorBoard point per step.
+
+``scripts/launch.sh`` resumes when RUN_DIR names a folder that already holds ``<stage>.resolved.yaml``
+(``RUN_DIR=runs/rl-... ./run_qwen3_4b_dapo_npu.sh``). Before verl starts, ``prepare`` (``python -m retool.resume``):
+
+1. compares the config the launcher resolves now with the saved one and refuses a resume that would train
+   something else: any key that differs stops it, except those that only say where things run (RESUME_FREE);
+2. finds the last checkpoint verl wrote (``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``);
+   verl's ``resume_mode: auto`` continues from it with its optimizer, RNG and dataloader state, so the data order
+   is the uninterrupted run's;
+3. removes from the stage's TensorBoard events every point logged after that checkpoint (steps the crashed run logged
+   and the resumed run will log again), keeping the files' other records byte for byte;
+4. prints the Hydra overrides the resumed run needs: validation before training only when the uninterrupted run
+   validated at the checkpoint's step and that validation is not in TensorBoard yet.
+
+The log is appended to (``tee -a``), never overwritten. A crash after a save but before that step's metrics were
+logged (during the validation that follows a save, say) leaves that step's training scalars missing: they are
+recomputed by nobody, and the resume says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Keys that may differ between the crashed run and its resume: where the sandbox listens, and what resuming sets.
+RESUME_FREE = (
+    "ray_kwargs.ray_init.runtime_env.env_vars.RETOOL_SANDBOX_URL",
+    "trainer.resume_mode",
+    "trainer.val_before_train",
+)
+LATEST = "latest_checkpointed_iteration.txt"
+VALIDATION_TAG_PREFIXES = ("val-core/", "val-aux/", "val/")
+
+
+class ResumeError(RuntimeError):
+    """The run folder cannot be resumed as asked; the message says why and what to do."""
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: node}
+
+
+def config_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: saved -> new`` for every key that matters and differs."""
+    old, now = flatten(saved), flatten(new)
+    return [f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
+            for key in sorted(old.keys() | now.keys())
+            if old.get(key) != now.get(key) and not key.startswith(RESUME_FREE)]
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> int | None:
+    """The step of the last complete checkpoint verl recorded, or None before the first save."""
+    marker = checkpoint_dir / LATEST
+    if not marker.is_file():
+        return None
+    step = int(marker.read_text().strip())
+    if not (checkpoint_dir / f"global_step_{step}").is_dir():
+        raise ResumeError(f"{marker} names step {step}, but {checkpoint_dir}/global_step_{step} is missing: the "
+                          "checkpoint folder was edited; restore it or start a new RUN_DIR")
+    return step
+
+
+def _records(data: bytes) -> list[bytes]:
+    """The TFRecords of an event file, each with its length and checksums (written back as they were)."""
+    records, offset = [], 0
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        end = offset + 12 + length + 4
+        if end > len(data):
+            break  # a record the crash cut short: dropped
+        records.append(data[offset:end])
+        offset = end
+    return records
+
+
+def _event(record: bytes) -> Any:
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    return Event.FromString(record[12:-4])
+
+
+def purge_after(event_dir: Path, step: int) -> tuple[int, set[str]]:
+    """Drop every summary logged after ``step`` from the event files under ``event_dir``.
+
+    Returns (points removed, tags logged at exactly ``step`` that remain)."""
+    removed, at_step = 0, set()
+    for path in sorted(event_dir.rglob("events.out.tfevents.*")):
+        kept = []
+        for record in _records(path.read_bytes()):
+            event = _event(record)
+            if event.HasField("summary") and event.step > step:
+                removed += len(event.summary.value)
+                continue
+            if event.HasField("summary") and event.step == step:
+                at_step.update(value.tag for value in event.summary.value)
+            kept.append(record)
+        path.write_bytes(b"".join(kept))
+    return removed, at_step
+
+
+def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> list[str]:
+    """Check and clean ``run_dir`` for a resume of ``stage``; returns the extra Hydra overrides for verl.
+
+    ``clean=False`` only compares the configs (the other nodes of a multi-node SFT: node 0 cleans up)."""
+    saved_path = run_dir / f"{stage}.resolved.yaml"
+    saved, new = (yaml.safe_load(p.read_text()) for p in (saved_path, new_config))
+    differences = config_differences(saved, new)
+    if differences:
+        raise ResumeError(
+            f"RUN_DIR={run_dir} was started with another {stage} config ({saved_path}); resuming it would train "
+            "something else:\n  " + "\n  ".join(differences[:20])
+            + "\nResume with the same launcher, profile, data and overrides, or start a new RUN_DIR")
+    if not clean:
+        return []
+    trainer = saved.get("trainer") or {}
+    checkpoint_dir = Path(trainer["default_local_dir"])
+    step = latest_checkpoint(checkpoint_dir)
+    event_dir = run_dir / "tensorboard" / stage
+    # before the first checkpoint nothing of the crashed run survives, its step-0 validation included
+    removed, at_step = purge_after(event_dir, -1 if step is None else step) if event_dir.is_dir() else (0, set())
+    if step is None:
+        print(f"[resume] no checkpoint in {checkpoint_dir} yet: {stage} starts again from step 0 "
+              f"({removed} TensorBoard points of the crashed run removed)", file=sys.stderr)
+        return []
+    print(f"[resume] {stage} continues after the checkpoint of step {step} in {checkpoint_dir} "
+          f"({removed} TensorBoard points logged after it removed)", file=sys.stderr)
+    if stage == "sft":
+        return []
+    test_freq = int(trainer.get("test_freq") or 0)
+    validated_then = (test_freq > 0 and step % test_freq == 0) or (step == 0 and trainer.get("val_before_train"))
+    validated_logged = any(tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step)
+    if step > 0 and not any(not tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step):
+        print(f"[resume] the crashed run saved step {step} but died before logging it: that step's training "
+              "scalars stay missing from TensorBoard", file=sys.stderr)
+    return [f"trainer.val_before_train={bool(validated_then and not validated_logged)}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.resume", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="check a run folder for a resume and clean its TensorBoard events; "
+                                          "prints verl overrides, one per line")
+    prep.add_argument("--stage", choices=["sft", "rl"], required=True)
+    prep.add_argument("--run-dir", type=Path, required=True)
+    prep.add_argument("--new-config", type=Path, required=True, help="the config resolved for this launch")
+    prep.add_argument("--check-only", action="store_true", help="compare the configs only (no cleanup, no overrides)")
+    args = parser.parse_args(argv)
+    try:
+        for override in prepare(args.stage, args.run_dir, args.new_config, clean=not args.check_only):
+            print(override)
+    except (ResumeError, OSError, KeyError, ValueError) as exc:
+        print(f"error: cannot resume: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""A slot's long-lived sandbox whose interpreter forks every program of the slot (fork mode).
+
+``ForkServer`` starts the sandbox (``inside.FORKSERVER`` through the tier's ``launch_forkserver``), reads its ready
+report (what it preimported, whether it stayed single-threaded), and relays the fork server's reports about the
+current program (``P`` its pid, ``E`` its exit and whether the sweep was clean, ``F`` a failed fork) to that
+``runs.ForkRun``. A fork server that misbehaves or goes away is marked unhealthy; the executor retires it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from retool.sandbox.inside import FORKSERVER_ARG
+from retool.sandbox.isolation import Isolation, sweep_tools
+from retool.sandbox.plumbing import START_TIMEOUT_S, ControlledSandbox, remove_tree
+
+if TYPE_CHECKING:
+    from retool.sandbox.runs import ForkRun
+
+log = logging.getLogger("retool.sandbox")
+
+
+class ForkServer(ControlledSandbox):
+    """A slot's long-lived sandbox whose interpreter forks each program (``inside.FORKSERVER``).
+
+    ``preimport`` is the module list the fork server imports before it is ready (``inside.FORKSERVER``); after
+    ``wait_ready``, ``imported`` / ``missing`` / ``warnings`` say what came of it.
+    """
+
+    log_label = "fork server output"
+
+    def __init__(self, iso: Isolation, box: int, run_dir: str, preimport: str = "") -> None:
+        super().__init__(iso, box, run_dir)
+        tools = sweep_tools() if self.uid is not None else ["rm", "chmod", "ipcrm"]  # unused without a uid
+        launch = iso.launch_forkserver(self.workdir, ["-c", FORKSERVER_ARG, str(self.child_fd), *tools, preimport])
+        self.preimport = preimport
+        self.imported: list[str] = []
+        self.missing: list[str] = []
+        self.warnings: list[str] = []
+        self.start_error = ""
+        self.reported = False  # the executor has taken note of imported / warnings
+        # Its standard streams are pipes, like a program's: the children inherit Python's stream objects made
+        # for them. Its own output (a traceback if it ever crashes) is kept for error messages.
+        stdin_r, stdin_w = os.pipe()
+        os.close(stdin_w)
+        self._start(launch, stdin_r)
+        self.current: ForkRun | None = None
+        self.healthy = True
+        self.closed = False
+        asyncio.get_running_loop().add_reader(self.sock.fileno(), self._on_message)
+
+    def _on_message(self) -> None:
+        for data in self._messages():
+            if not data:
+                self._lost()
+                return
+            kind, rest = data[:1], data[1:].decode(errors="replace")
+            if kind == b"R" and not self.ready.done():
+                self.ready.set_result(self._check_preimport(rest))
+            elif self.current is not None and kind in (b"P", b"E", b"F"):
+                self.current.on_message(kind, rest)
+            else:
+                log.error("fork server of sandbox %d said %r out of turn; retiring it", self.box, data[:200])
+                self.healthy = False
+
+    def _check_preimport(self, report: str) -> bool:
+        """Read the ready report; False (with ``start_error``) if a required module failed or threads were left."""
+        parts = report.split("\0")
+        if len(parts) != 4:
+            self.start_error = f"unexpected ready report {report[:200]!r}"
+            return False
+        imported, missing, failed, threads = parts
+        self.imported = [name for name in imported.split(",") if name]
+        self.missing = [name for name in missing.split(",") if name]
+        optional = {item[1:] for item in self.preimport.split(",") if item.startswith("?")}
+        fatal = []
+        for line in filter(None, failed.split("\n")):
+            (self.warnings if line.split(":", 1)[0] in optional else fatal).append(line)
+        if fatal:
+            self.start_error = "could not preimport " + "; ".join(fatal) + " (see --preimport)"
+        elif int(threads) > 1:
+            self.start_error = (
+                f"after preimporting {', '.join(self.imported)} the fork server runs {threads} threads; forking "
+                "a multi-threaded process is unsafe, so leave the module that starts threads out of --preimport"
+            )
+        return not self.start_error
+
+    def _lost(self) -> None:
+        """The fork server closed its socket: it exited or was killed."""
+        asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        self.healthy = False
+        if not self.ready.done():
+            self.ready.set_result(False)
+        if self.current is not None:
+            self.current.on_lost()
+
+    async def wait_ready(self) -> None:
+        """Wait until the fork server said it is ready; RuntimeError (with its log) if it never does."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.ready), START_TIMEOUT_S)
+        if not (self.ready.done() and self.ready.result()):
+            self.healthy = False
+            reason = self.start_error or self.log_tail() or "no output"
+            raise RuntimeError(f"the sandbox's fork server did not start: {reason}")
+
+    async def close(self) -> None:
+        """Stop the fork server and everything in its sandbox, and remove its directory."""
+        if self.closed:
+            return
+        self.closed = True
+        self.healthy = False
+        self._hang_up()
+        self.isolation.kill(self.box, self.proc.pid)  # the process group, and the uid's processes (if any)
+        await asyncio.to_thread(self.proc.wait)
+        self.log_reader.close()
+        await asyncio.to_thread(remove_tree, self.run_dir)

@@ -1,0 +1,59 @@
+"""Before an RL run: the sandbox the tool will post to answers, and isolates model code as well as bubblewrap does.
+
+An RL run executes hundreds of thousands of programs written by a model that is being optimised, on hosts that hold
+checkpoints, credentials and the cluster's network. retool-sandbox falls back to a weaker tier when bubblewrap cannot
+start (a container without user namespaces, bwrap not installed): `rlimit` shares the host's network and files,
+`none` runs code as the server's user. A real SandboxFusion defaults to no isolation. So the RL launchers and
+retool-doctor stop unless the tier is bwrap, or the risk is accepted by name: RETOOL_ACCEPT_WEAK_ISOLATION=1.
+
+    python -m retool.sandbox.gate URL     # exit 0: fine (or accepted, with a warning); 1: the reason and the fix
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from retool.sandbox.client import SandboxClient, SandboxUnreachable, SandboxURLError
+
+ACCEPT_VARIABLE = "RETOOL_ACCEPT_WEAK_ISOLATION"
+STRONG_TIERS = ("bwrap",)
+HOW_TO_FIX = (
+    "install bubblewrap where the sandbox runs (Debian/Ubuntu: apt-get install -y bubblewrap; openEuler, CentOS, "
+    "RHEL: dnf install -y bubblewrap) and restart it with `retool-sandbox serve`; inside Docker bwrap also needs user "
+    "namespaces (docs/sandbox.md, \"Containers\"); `retool-sandbox probe` says which tier works and why. To run with a "
+    f"weaker tier anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
+)
+
+
+def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tuple[bool, str]:
+    """(may the run go on, what to say). Unreachable sandboxes and bad URLs never may."""
+    try:
+        client = SandboxClient(url)
+        client.ping(timeout=10)
+    except (SandboxURLError, SandboxUnreachable) as exc:
+        return False, str(exc)
+    health = client.health(timeout=10)
+    tier = health.get("isolation") if health else None
+    if tier in STRONG_TIERS:
+        return True, f"sandbox {client.base}: isolation {tier}"
+    what = (f"isolation '{tier}' (weaker than bwrap: model code shares the host's network and files)" if tier else
+            "no /health, so its isolation is unknown (SandboxFusion's default is none: code runs as the server's user)")
+    if environ.get(ACCEPT_VARIABLE) == "1":
+        return True, f"warning: sandbox {client.base} has {what}; accepted by {ACCEPT_VARIABLE}=1"
+    return False, f"sandbox {client.base} has {what}. Fix: {HOW_TO_FIX}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m retool.sandbox.gate URL", file=sys.stderr)
+        return 2
+    ok, message = isolation_verdict(args[0])
+    print(message if ok else f"error: {message}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

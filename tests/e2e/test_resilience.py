@@ -1,0 +1,201 @@
+"""A long run survives what days of training bring, on the CPU stack with the smoke's SFT model and data:
+
+1. SIGKILL after step 3 of 6 (checkpoints every 2 steps), then the documented resume (the same launch with the same
+   RUN_DIR): it restarts at step 3 from the step-2 checkpoint, its steps draw exactly the prompts the uninterrupted
+   smoke run drew at those steps (verl's rollout dumps), it finishes, and TensorBoard holds every step once.
+2. The sandbox stops while the resumed run rolls out step 4 and comes back about 10 s later: the run completes,
+   the calls that got no answer are counted (train-reward/tool_unavailable) and their trajectories kept out of the
+   loss (train-reward/trajectory_masked), and nothing hangs.
+3. The tool runs in session_mode per_trajectory through verl's own ToolAgentLoop (the recipe's subclass): the
+   sandbox sees sessions and cells, and every session is closed when its trajectory ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from processes import processes_with
+
+from retool.constants import REPO_ROOT
+from retool.sandbox.client import SandboxClient
+from retool.sandbox.spawn import running_sandbox
+
+pytestmark = [pytest.mark.slow, pytest.mark.verl]
+
+STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scalar_points(event_dir: Path, tag: str) -> Counter:
+    """step -> how many times ``tag`` was logged at that step, over every event file (no de-duplication)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    counts: Counter = Counter()
+    for path in event_dir.glob("events.out.tfevents.*"):
+        data, offset = path.read_bytes(), 0
+        while offset + 12 <= len(data):
+            (length,) = struct.unpack_from("<Q", data, offset)
+            event = Event.FromString(data[offset + 12: offset + 12 + length])
+            offset += 12 + length + 4
+            counts.update(event.step for value in event.summary.value if value.tag == tag)
+    return counts
+
+
+def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:
+    from retool.report import read_event_dir
+
+    return {step: value for step, (_, value) in read_event_dir(event_dir).get(tag, {}).items()}
+
+
+def prompts(dump: Path) -> Counter:
+    """The user messages a step drew (the rendered input also holds the tool schema, which session mode words
+    differently)."""
+    return Counter(json.loads(line)["input"].rsplit("user\n", 1)[-1] for line in dump.read_text().splitlines()
+                   if line.strip())
+
+
+@pytest.fixture(scope="module")
+def setting(smoke_run_dir, tmp_path_factory) -> dict:
+    """The launch both halves use: the smoke's RL stage, 6 steps, saves every 2, a per_trajectory tool."""
+    smoke = yaml.safe_load((smoke_run_dir / "rl.resolved.yaml").read_text())
+    assets_data = Path(smoke["data"]["train_files"]).parent
+    # E2E_RESILIENCE_DIR keeps the run folder for inspection
+    root = Path(os.environ["E2E_RESILIENCE_DIR"]) if os.environ.get("E2E_RESILIENCE_DIR") else \
+        tmp_path_factory.mktemp("resilience")
+    root.mkdir(parents=True, exist_ok=True)
+    tool = yaml.safe_load((REPO_ROOT / "configs" / "tool_annotated.yaml").read_text())
+    tool["tools"][0]["config"].update(session_mode="per_trajectory", reconnect_budget_s=2, retry_backoff_s=0.5)
+    (root / "tool.yaml").write_text(yaml.safe_dump(tool))
+    ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
+    port = free_port()
+    env = {**os.environ, "DEVICE": "cpu", "PROFILE": "improved", "PYTHON": sys.executable, "RUN_DIR": str(root / "run"),
+           "RETOOL_DATA_DIR": str(assets_data), "RETOOL_SFT_MODEL": str(smoke_run_dir / "sft_merged"),
+           "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"}
+    env.pop("DRY_RUN", None)
+    overrides = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
+                 "trainer.val_before_train=false", "trainer.test_freq=-1",
+                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={root / 'tool.yaml'}",
+                 f"+ray_kwargs.ray_init._temp_dir={ray_dir}"]
+    return {"env": env, "overrides": overrides, "run_dir": root / "run", "port": port, "ray_dir": ray_dir,
+            "smoke": smoke_run_dir}
+
+
+def start(setting: dict, log: Path) -> subprocess.Popen:
+    handle = open(log, "a")
+    return subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *setting["overrides"]], cwd=REPO_ROOT,
+                            env=setting["env"], stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the run exited ({proc.returncode}) before {what}; log tail:\n{log.read_text()[-4000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"no {what} within {timeout:.0f} s; log tail:\n{log.read_text()[-4000:]}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def runs(setting) -> dict:
+    run_dir, port = setting["run_dir"], setting["port"]
+    log = run_dir.parent / "launch.log"
+    dumps = run_dir / "rollouts"
+    outage: dict = {}
+    with running_sandbox(port=port) as url:
+        first = start(setting, log)
+        wait_for(lambda: (dumps / f"{KILL_AFTER}.jsonl").is_file(), first, 900, f"step {KILL_AFTER}", log)
+        os.killpg(first.pid, signal.SIGKILL)  # the launcher, verl, Ray and vLLM: the whole process group
+        first.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while processes_with(setting["ray_dir"]) and time.monotonic() < deadline:
+            time.sleep(1)
+        leftovers = processes_with(setting["ray_dir"])
+        for pid in leftovers:  # only what this test started (its own Ray temp dir)
+            os.kill(pid, signal.SIGKILL)
+        killed_at = max(int(p.stem) for p in dumps.glob("*.jsonl"))
+        resumed_from = time.time()
+        second = start(setting, log)
+        step3 = dumps / "3.jsonl"
+        wait_for(lambda: step3.is_file() and step3.stat().st_mtime > resumed_from, second, 900,
+                 "the resumed run's step 3", log)
+        health_before = SandboxClient(url).health()
+    # the sandbox is down while step 4 rolls out, then comes back on the same port
+    outage["down"] = time.monotonic()
+    time.sleep(10)
+    with running_sandbox(port=port) as url:
+        outage["up"] = time.monotonic()
+        try:
+            second.wait(timeout=1500)
+        except subprocess.TimeoutExpired:
+            os.killpg(second.pid, signal.SIGKILL)
+            pytest.fail(f"the resumed run hung; log tail:\n{log.read_text()[-4000:]}")
+        health_after = SandboxClient(url).health()
+    return {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
+            "health_before": health_before, "health_after": health_after, "outage": outage}
+
+
+def test_the_resumed_run_continues_from_the_last_checkpoint_and_finishes(setting, runs):
+    assert runs["code"] == 0, runs["log"][-4000:]
+    assert runs["killed_at"] == KILL_AFTER
+    assert "[resume] rl continues after the checkpoint of step 2" in runs["log"]
+    assert "Resuming from" in runs["log"] and "global_step_2" in runs["log"]
+    checkpoints = setting["run_dir"] / "checkpoints" / "rl"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    assert runs["leftovers"] == [], "Ray processes outlived the killed run's process group"
+
+
+def test_every_step_draws_the_uninterrupted_run_s_prompts(setting, runs):
+    for step in range(1, STEPS + 1):
+        ours = prompts(setting["run_dir"] / "rollouts" / f"{step}.jsonl")
+        uninterrupted = prompts(setting["smoke"] / "rollouts" / f"{step}.jsonl")
+        assert ours == uninterrupted, f"step {step} drew other prompts than the uninterrupted smoke run"
+
+
+def test_tensorboard_holds_each_step_once(setting, runs):
+    event_dir = setting["run_dir"] / "tensorboard" / "rl"
+    for tag in ("critic/rewards/mean", "train-reward/acc/mean"):
+        assert scalar_points(event_dir, tag) == Counter(range(1, STEPS + 1)), tag
+
+
+def test_calls_without_an_answer_are_counted_and_kept_out_of_the_loss(setting, runs):
+    event_dir = setting["run_dir"] / "tensorboard" / "rl"
+    unavailable = scalar_values(event_dir, "train-reward/tool_unavailable/mean")
+    masked = scalar_values(event_dir, "train-reward/trajectory_masked/mean")
+    calls = scalar_values(event_dir, "train-reward/tool_calls/mean")
+    assert unavailable.get(4, 0) > 0 and masked.get(4, 0) > 0, (unavailable, masked, calls)
+    # a healthy step masks nothing: before the outage and after the sandbox came back
+    assert all(masked[step] == 0 for step in masked if step not in (4, 5)), masked
+    assert sum(calls.get(step, 0) for step in (5, 6)) > 0
+    assert runs["outage"]["up"] - runs["outage"]["down"] >= 10
+
+
+def test_per_trajectory_sessions_ran_through_the_agent_loop_and_were_closed(runs):
+    for health in (runs["health_before"], runs["health_after"]):
+        sessions = health["sessions"]
+        counters = sessions["counters"]
+        assert counters["started"] > 0 and counters["cells"] >= counters["started"], sessions
+        assert not any(counters[key] for key in counters if key.startswith("evicted")), sessions
+    after = runs["health_after"]["sessions"]
+    counters = after["counters"]
+    # every session ended: closed by its trajectory's end, or (its interpreter crashed) by the server
+    assert after["live"] == 0 and counters["closed"] + counters["died"] == counters["started"], after

@@ -1,0 +1,112 @@
+"""retool.resume on run folders laid out as verl leaves them: config comparison, checkpoints, TensorBoard cleanup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from retool.report import read_event_dir
+from retool.resume import ResumeError, config_differences, latest_checkpoint, main, prepare, purge_after
+
+
+def write_events(folder: Path, points: dict[str, list[int]], value: float = 1.0) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for tag, steps in points.items():
+        for step in steps:
+            writer.add_scalar(tag, value + step, step)
+    writer.close()
+
+
+def rl_config(run_dir: Path, **trainer) -> dict:
+    return {"trainer": {"default_local_dir": str(run_dir / "checkpoints" / "rl"), "test_freq": 2,
+                        "val_before_train": True, "resume_mode": "auto", **trainer},
+            "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}},
+            "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": "http://a:1/run_code"}}}}}
+
+
+def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], train_steps: list[int]) -> Path:
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "rl").mkdir(parents=True)
+    (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump(rl_config(run_dir)))
+    if checkpoint is not None:
+        (run_dir / "checkpoints" / "rl" / f"global_step_{checkpoint}").mkdir()
+        (run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt").write_text(str(checkpoint))
+    write_events(run_dir / "tensorboard" / "rl", {"val-core/x/acc/mean@4": val_steps,
+                                                 "critic/rewards/mean": train_steps})
+    return run_dir
+
+
+def test_only_keys_that_say_where_things_run_may_differ(tmp_path):
+    saved = rl_config(tmp_path)
+    moved = rl_config(tmp_path, val_before_train=False)
+    moved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["RETOOL_SANDBOX_URL"] = "http://b:2/run_code"
+    assert config_differences(saved, moved) == []
+    other = rl_config(tmp_path, save_freq=5)
+    other["actor_rollout_ref"]["actor"]["optim"]["lr"] = 2e-6
+    assert config_differences(saved, other) == ["actor_rollout_ref.actor.optim.lr: 1e-06 -> 2e-06",
+                                                "trainer.save_freq: '<absent>' -> 5"]
+
+
+def test_points_after_the_checkpoint_are_removed_and_the_rest_kept_byte_for_byte(tmp_path):
+    folder = tmp_path / "tb"
+    write_events(folder, {"critic/rewards/mean": [1, 2, 3, 4, 5], "val-core/x/acc/mean@4": [0, 2, 4]})
+    (event_file,) = folder.glob("events.out.tfevents.*")
+    with event_file.open("ab") as handle:  # a record the crash cut short
+        handle.write(b"\x20\x00\x00\x00\x00\x00\x00\x00\x01\x02")
+    removed, at_step = purge_after(folder, 2)
+    assert removed == 4 and at_step == {"critic/rewards/mean", "val-core/x/acc/mean@4"}
+    scalars = read_event_dir(folder)
+    assert sorted(scalars["critic/rewards/mean"]) == [1, 2] and sorted(scalars["val-core/x/acc/mean@4"]) == [0, 2]
+    assert scalars["critic/rewards/mean"][2][1] == pytest.approx(3.0)
+    assert purge_after(folder, 2) == (0, at_step)  # idempotent
+
+
+def test_latest_checkpoint(tmp_path):
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4\n")
+    with pytest.raises(ResumeError, match="global_step_4 is missing"):
+        latest_checkpoint(tmp_path)
+    (tmp_path / "global_step_4").mkdir()
+    assert latest_checkpoint(tmp_path) == 4
+
+
+def test_resume_after_a_checkpoint_revalidates_only_what_is_missing(tmp_path):
+    # checkpoint at step 2 (test_freq 2): its validation was logged before the crash, steps 3-4 were logged too
+    run_dir = run_folder(tmp_path, checkpoint=2, val_steps=[0, 2, 4], train_steps=[1, 2, 3, 4])
+    new = tmp_path / "new.yaml"
+    new.write_text((run_dir / "rl.resolved.yaml").read_text())
+    assert prepare("rl", run_dir, new) == ["trainer.val_before_train=False"]
+    scalars = read_event_dir(run_dir / "tensorboard" / "rl")
+    assert sorted(scalars["critic/rewards/mean"]) == [1, 2] and sorted(scalars["val-core/x/acc/mean@4"]) == [0, 2]
+    # the crash came during step 2's validation: it runs again at the resume
+    run_dir2 = run_folder(tmp_path / "b", checkpoint=2, val_steps=[0], train_steps=[1, 2])
+    new.write_text((run_dir2 / "rl.resolved.yaml").read_text())
+    assert prepare("rl", run_dir2, new) == ["trainer.val_before_train=True"]
+
+
+def test_resume_before_the_first_checkpoint_starts_over_and_clears_the_curves(tmp_path, capsys):
+    run_dir = run_folder(tmp_path, checkpoint=None, val_steps=[0], train_steps=[1])
+    new = tmp_path / "new.yaml"
+    new.write_text((run_dir / "rl.resolved.yaml").read_text())
+    assert prepare("rl", run_dir, new) == []
+    assert read_event_dir(run_dir / "tensorboard" / "rl") == {}
+    assert "starts again from step 0" in capsys.readouterr().err
+
+
+def test_a_changed_config_is_refused_with_the_keys(tmp_path, capsys):
+    run_dir = run_folder(tmp_path, checkpoint=2, val_steps=[0, 2], train_steps=[1, 2, 3])
+    changed = rl_config(run_dir)
+    changed["actor_rollout_ref"]["actor"]["optim"]["lr"] = 3e-6
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump(changed))
+    assert main(["prepare", "--stage", "rl", "--run-dir", str(run_dir), "--new-config", str(new)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "actor_rollout_ref.actor.optim.lr: 1e-06 -> 3e-06" in err
+    assert sorted(read_event_dir(run_dir / "tensorboard" / "rl")["critic/rewards/mean"]) == [1, 2, 3]  # untouched
+    assert main(["prepare", "--stage", "rl", "--run-dir", str(run_dir), "--new-config",
+                 str(run_dir / "rl.resolved.yaml"), "--check-only"]) == 0
+    assert capsys.readouterr().out == ""

@@ -1,7 +1,7 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
 # make test    every test, the end-to-end smoke included; installs what is missing first
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
-# make bench-learning   the smoke's GRPO stage vs a negated-reward control, from its SFT model (~15 min; docs/performance.md)
+# make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls (~25 min; docs/performance.md)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -28,6 +28,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md
+	$(PY) bench/sandbox_bench.py --sessions 1024 --session-cells plain,numpy+sympy:200 --output docs/performance.md
 
 bench-learning: setup
 	$(PY) bench/learning_signal.py --output docs/performance.md

@@ -12,16 +12,21 @@ set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$REPO_DIR/scripts/paths.sh"
 export DEVICE="${DEVICE:-npu}"
-MODEL_PATH="${MODEL_PATH:-$REPO_DIR/checkpoints/sft/merged}"   # the SFT model (README: the SFT stage prints its path)
+if [[ -z "${MODEL_PATH:-}" ]]; then  # no default: RL starts from this user's SFT model, wherever it was saved
+  how="set MODEL_PATH to the model the SFT stage printed at its end (python -m retool.next_step sft runs/sft-<time> prints it again)"
+  if [[ "${DRY_RUN:-0}" != "1" ]]; then echo "error: MODEL_PATH is not set: $how" >&2; exit 2; fi
+  echo "warning: MODEL_PATH is not set; the config shows a placeholder ($how)" >&2
+  MODEL_PATH="MODEL_PATH-not-set"
+fi
 export PROFILE="${PROFILE:-reference}"   # reference | improved (docs/reference.md)
 DATA_DIR="${DATA_DIR:-$REPO_DIR/data/$PROFILE}"   # what retool-data prepare --profile $PROFILE writes
 if [[ -n "${SANDBOX_URL:-}" ]]; then  # the old name: refuse it rather than post code somewhere else
   echo "error: SANDBOX_URL is not read; set RETOOL_SANDBOX_URL (the one variable the tool, doctor and docs use)" >&2
   exit 2
 fi
-# The sandbox on each node (README step 5); scripts/launch.sh hands it to the Ray workers.
+# The sandbox on each node (docs/training.md); scripts/launch.sh hands it to the Ray workers.
 export RETOOL_SANDBOX_URL="${RETOOL_SANDBOX_URL:-http://127.0.0.1:8080/run_code}"
-require_file "$MODEL_PATH" "run the SFT stage and merge it (README)"
+require_file "$MODEL_PATH" "run the SFT stage and set MODEL_PATH to the model path it printed (docs/training.md)"
 require_file "$DATA_DIR/dapo_math_17k.parquet" "retool-data download, then retool-data prepare --profile $PROFILE --out $DATA_DIR (README)"
 require_file "$DATA_DIR/aime_2025.parquet" "retool-data download, then retool-data prepare --profile $PROFILE --out $DATA_DIR (README)"
 exec "$REPO_DIR/scripts/launch.sh" rl \

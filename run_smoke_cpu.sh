@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole ReTool recipe in miniature on a CPU: the same verl, vLLM, Ray, configs and code paths as the NPU run,
-# with a tiny random Qwen model and a synthetic tool task. Stages: build assets -> start the embedded sandbox ->
-# SFT -> merge to Hugging Face format -> GRPO with real tool calls (validation on synthetic + an AIME 2025 slice)
-# -> summary. One run folder holds logs, resolved configs, TensorBoard events of both stages and summary.{json,md}.
+# with a tiny Qwen3 (pre-trained to copy digits and call the tool: assets/smoke_model) and a synthetic tool task.
+# Stages: build assets -> start the embedded sandbox -> SFT -> merge to Hugging Face format -> GRPO with real
+# tool calls on the correctness-only reward (validation on synthetic + an AIME 2025 slice) -> summary. One run
+# folder holds logs, resolved configs, TensorBoard events of both stages and summary.{json,md}.
 #   ./run_smoke_cpu.sh                 # RUN_DIR=runs/smoke-<time>
 #   DRY_RUN=1 ./run_smoke_cpu.sh       # print both resolved verl configs and exit
 # Extra arguments are Hydra overrides for the RL stage; SFT_ARGS="k=v ..." for the SFT stage.
@@ -28,6 +29,7 @@ fi
 export RUN_DIR="${RUN_DIR:-$REPO_DIR/runs/smoke-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RUN_DIR/logs"
 "$PYTHON" -m retool.platform.cpu_dtype --json > "$RUN_DIR/logs/host.json"  # the CPU and the dtype it gets
+git -C "$REPO_DIR" describe --always --dirty > "$RUN_DIR/logs/commit.txt" 2>/dev/null || true  # what code ran
 STAGES="$RUN_DIR/logs/stages.tsv"
 : > "$STAGES"
 stage() {  # stage NAME command...: run one stage, record its wall time

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
+from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section, slug
 from retool.platform.cpu_dtype import host_report
 
-REPO = Path(__file__).resolve().parents[1]
 HIDDEN, VOCAB = 128, 151_936
 
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", required=True, help="names the section, e.g. 'AVX2-only (emulated)'")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=REPO / "docs" / "performance.md")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "performance.md")
     args = parser.parse_args(argv)
     host = host_report()
     seconds = {dtype: time_step(dtype, args.tokens, args.repeats) for dtype in ("float32", "bfloat16")}

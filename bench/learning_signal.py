@@ -1,16 +1,18 @@
 """Does GRPO raise accuracy on the CPU stack, and only for the right reason? Three seeds and two negative controls.
 
-From the SFT'd tiny model of a smoke run, five runs of the smoke's RL stage on the synthetic tool task
-(retool.smoke.learning_run, correctness-only reward): the recipe's reward with seeds 1, 2 and 3; the same reward
-negated; and the tool replying with every printed integer off by one, so that answers copied from it score -1. Each
-run validates on the same held-out synthetic problems before and after training. Expected: held-out accuracy rises
+Five runs of the smoke's RL stage on the synthetic tool task (correctness-only reward), all from the SFT'd tiny model
+of one smoke run: that smoke run's own RL stage (the smoke's seeds); the same stage again with seeds 2 and 3
+(retool.smoke.learning_run); the same reward negated; and the tool replying with every printed integer off by one, so
+that answers copied from it score -1. The controls keep the smoke's seeds, so each differs from the first run in one
+thing only. Each run validates on the same held-out synthetic problems before and after training. Expected: held-out accuracy rises
 in every seed (95% interval above 0) and rises in neither control. The section it writes into docs/performance.md
 gives each run's changes with their intervals, when and on which host each ran (recorded by the run itself), and a
 PNG of the training and held-out accuracy.
 
     python bench/learning_signal.py [--smoke-run runs/smoke-x] [--steps N] [--val-n K]   # make bench-learning
 
-Without ``--smoke-run`` it takes the newest runs/smoke-*/ holding a merged SFT model, or runs the smoke first.
+Without ``--smoke-run`` it takes the newest finished runs/smoke-*/, or runs the smoke first (about 8 more minutes).
+With ``--steps`` or ``--val-n`` other than the smoke's, the first run is trained again with them.
 ``--from-runs DIR`` writes the section from finished runs (DIR/<run>/learning.json) without training.
 """
 
@@ -31,12 +33,11 @@ from retool.smoke import learning_run
 REPO = Path(__file__).resolve().parents[1]
 
 SECTION = "learning-signal"
-SEEDS = (1, 2, 3)
-# run name -> (seed, control); the controls use the first seed, so each differs from grpo-seed1 in one thing only
-RUNS = {**{f"grpo-seed{s}": (s, None) for s in SEEDS}, "negated": (SEEDS[0], "negated"),
-        "wrong_tool": (SEEDS[0], "wrong_tool")}
-LABELS = {**{f"grpo-seed{s}": f"GRPO, seed {s}" for s in SEEDS}, "negated": "control: reward negated",
-          "wrong_tool": "control: tool result off by one"}
+# run name -> (seed, control); seed None: the smoke's own (configs/smoke/rl.yaml)
+RUNS = {"grpo-smoke": (None, None), "grpo-seed2": (2, None), "grpo-seed3": (3, None), "negated": (None, "negated"),
+        "wrong_tool": (None, "wrong_tool")}
+LABELS = {"grpo-smoke": "GRPO, the smoke's seeds", "grpo-seed2": "GRPO, seed 2", "grpo-seed3": "GRPO, seed 3",
+          "negated": "control: reward negated", "wrong_tool": "control: tool result off by one"}
 METRICS = ("acc", "used_tool", "score")
 
 
@@ -46,9 +47,9 @@ def find_smoke_run(explicit: Path | None) -> Path:
         if not (explicit / "sft_merged" / "config.json").is_file():
             raise SystemExit(f"error: {explicit}/sft_merged is not a merged SFT model (run ./run_smoke_cpu.sh)")
         return explicit
-    found = sorted((REPO / "runs").glob("smoke-*/sft_merged/config.json"), key=lambda p: p.stat().st_mtime)
+    found = sorted((REPO / "runs").glob("smoke-*/summary.json"), key=lambda p: p.stat().st_mtime)
     if found:
-        return found[-1].parents[1]
+        return found[-1].parent
     run_dir = REPO / "runs" / f"smoke-bench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print(f"[bench] no smoke run with an SFT model yet: running ./run_smoke_cpu.sh into {run_dir}", flush=True)
     subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env={**os.environ, "RUN_DIR": str(run_dir)},
@@ -161,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or REPO / "runs" / f"learning-{datetime.datetime.now():%Y%m%d-%H%M%S}"
         results = {}
         for name, (seed, control) in RUNS.items():
-            print(f"[bench] {name}: into {out / name}", flush=True)
-            results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n,
-                                             control, seed)
+            if name == "grpo-smoke" and args.steps is None and args.val_n is None:
+                print(f"[bench] {name}: the RL stage of {smoke}", flush=True)
+                results[name] = learning_run.from_smoke_run(smoke, assets, out / name)
+            else:
+                print(f"[bench] {name}: into {out / name}", flush=True)
+                results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n,
+                                                 control, seed)
             print("\n".join(results[name]["sentences"]), flush=True)
         source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`, runs in `{os.path.relpath(out, REPO)}/`"
     plot(results, args.output.parent / "img" / "learning_signal.png")

@@ -404,7 +404,7 @@ def render_sessions(rows: list[dict], meta: dict) -> str:
     lines = [
         "## Sandbox sessions",
         "",
-        f"Measured {meta['date']} by `bench/sandbox_bench.py --sessions {rows[0]['sessions']}` on {meta['machine']}; "
+        f"Measured {meta['date']} by `bench/sandbox_bench.py {meta['command']}` on {meta['machine']}; "
         f"server: isolation `{meta['isolation']}`, {meta['slots']} slots, --max-sessions {rows[0]['max_sessions']}, "
         f"memory floor {rows[0]['floor_mb']} MiB. Per first cell: that many sessions opened "
         f"{meta['concurrency']} at a time, a second cell in each, then all idle (stopped) before memory was read. "
@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead of the latency table: open this many stateful sessions per first cell and "
                              "measure the memory an idle one holds (see SESSION_CELLS)")
     parser.add_argument("--session-cells", default=",".join(SESSION_CELLS),
-                        help="first cells for --sessions (default: %(default)s)")
+                        help="first cells for --sessions, each NAME or NAME:COUNT (its own number of sessions) "
+                             "(default: %(default)s)")
     parser.add_argument("--session-concurrency", type=int, default=4,
                         help="sessions opened at a time with --sessions (default: %(default)s)")
     parser.add_argument("--output", type=Path, help="Markdown file whose Sandbox section (per mode) gets the table")
@@ -526,21 +527,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sessions_main(args: argparse.Namespace) -> int:
-    names = [name.strip() for name in args.session_cells.split(",")]
-    unknown = [name for name in names if name not in SESSION_CELLS]
-    if unknown:
-        raise SystemExit(f"unknown --session-cells {unknown}; choose from {list(SESSION_CELLS)}")
+    cells = []  # (first cell, sessions): "name" takes --sessions, "name:N" its own count
+    for entry in args.session_cells.split(","):
+        name, _, count = entry.strip().partition(":")
+        if name not in SESSION_CELLS or (count and not count.isdigit()):
+            raise SystemExit(f"--session-cells: {entry!r} is not NAME or NAME:COUNT with NAME one of "
+                             f"{list(SESSION_CELLS)}")
+        cells.append((name, int(count) if count else args.sessions))
     server = nullcontext(args.url) if args.url else running_sandbox(
         python=args.python, queue_timeout=120, max_timeout=60, slots=args.slots,
-        max_sessions=max(args.sessions, 1024))
+        max_sessions=max(max(count for _, count in cells), 1024))
     with server as url:
         health = SandboxClient(url).health(timeout=10) or {}
         rows = []
-        for name in names:
-            rows.append(measure_sessions(url, args.sessions, name, args.session_concurrency))
+        for name, count in cells:
+            rows.append(measure_sessions(url, count, name, args.session_concurrency))
             print(json.dumps(rows[-1]), flush=True)
     meta = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolation": health.get("isolation"),
-            "slots": health.get("slots"), "concurrency": args.session_concurrency}
+            "slots": health.get("slots"), "concurrency": args.session_concurrency,
+            "command": f"--sessions {args.sessions} --session-cells {args.session_cells}"}
     section = render_sessions(rows, meta)
     print(section)
     if args.output:

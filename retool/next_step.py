@@ -6,6 +6,7 @@ folders (a glob like runs/sft-* would match every earlier run too).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -22,13 +23,14 @@ def last_checkpoint(run_dir: Path, stage: str) -> Path | None:
 
 def commands(stage: str, run_dir: Path) -> list[str]:
     step = last_checkpoint(run_dir, stage)
-    profile = os.environ.get("PROFILE", "reference")  # the launcher exports it
+    profile = os.environ.get("PROFILE", "reference")  # the launcher exports it, and DEVICE
+    rl_launcher = "./run_qwen3_4b_dapo_cuda.sh" if os.environ.get("DEVICE") == "cuda" else "./run_qwen3_4b_dapo_npu.sh"
     if step is None:
         return [f"# {stage} saved no checkpoint in {run_dir}"]
     if stage == "sft":
         return [f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
                 f"python -m verl.model_merger merge --backend fsdp --local_dir {step} --target_dir {run_dir / 'merged'}",
-                f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} ./run_qwen3_4b_dapo_npu.sh"]
+                f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} {rl_launcher}"]
     return [f"# RL done: {step}. Curves and a report, then evaluate the merged actor:",
             f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'} --output {run_dir / 'report'}",
             f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} "
@@ -38,11 +40,14 @@ def commands(stage: str, run_dir: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("sft", "rl"):
-        print("usage: python -m retool.next_step sft|rl RUN_DIR", file=sys.stderr)
-        return 2
-    print("\n".join(commands(args[0], Path(args[1]))))
+    parser = argparse.ArgumentParser(prog="python -m retool.next_step", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=["sft", "rl"])
+    parser.add_argument("run_dir", type=Path, help="the stage's run folder (RUN_DIR)")
+    args = parser.parse_args(argv)
+    if not (args.run_dir / f"{args.stage}.resolved.yaml").is_file():
+        print(f"error: {args.run_dir} holds no {args.stage}.resolved.yaml: not a {args.stage} run folder", file=sys.stderr)
+        return 1
+    print("\n".join(commands(args.stage, args.run_dir)))
     return 0
 
 

@@ -8,7 +8,8 @@ fields (``outcome_fields``); verl logs reward fields of validation rollouts as `
 Keys (counts per trajectory, 0 when the model made no call):
 ``tool_calls`` every call; ``tool_ok`` exit 0; ``tool_error`` non-zero exit or unusable arguments; ``tool_timeout``
 the run hit its time limit; ``tool_unavailable`` no result (sandbox down, HTTP error, sandbox-side error);
-``tool_truncated`` the output was cut to ``max_output_chars``; ``tool_session_lost`` a session call found its
+``tool_truncated`` the output was cut to ``max_output_chars``; ``tool_retried`` the call needed at least one retry
+(a busy or restarting sandbox, retool.sandbox.client); ``tool_session_lost`` a session call found its
 session's earlier state gone (the sandbox restarted or evicted it); ``trajectory_masked`` 1 when the recipe's agent
 loop kept the trajectory out of the loss because a call got no answer (retool.agent_loop). Kept free of verl imports (the reward imports it).
 """
@@ -19,7 +20,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 OUTCOME_KEYS = ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_truncated",
-                "tool_session_lost", "trajectory_masked")
+                "tool_retried", "tool_session_lost", "trajectory_masked")
 _KEY_OF_STATUS = {
     "ok": "tool_ok",
     "error_exit": "tool_error",
@@ -28,7 +29,8 @@ _KEY_OF_STATUS = {
     "sandbox_error": "tool_unavailable",
     "unavailable": "tool_unavailable",
 }
-_FLAGS = (("tool_truncated", "truncated_chars"), ("tool_session_lost", "session_lost"))  # (key, the metric that sets it)
+# (key, the metric that sets it)
+_FLAGS = (("tool_truncated", "truncated_chars"), ("tool_retried", "retries"), ("tool_session_lost", "session_lost"))
 
 
 def record(extra_fields: MutableMapping[str, Any], metrics: Mapping[str, Any]) -> None:

@@ -189,8 +189,8 @@ def reply_text(reply: Reply, behaviour: str, timeout: float, max_chars: int) -> 
 
 
 def bad_argument_text(code: Any) -> str:
-    return ("Error: code_interpreter needs a non-empty string argument `code` with Python code, "
-            f"got {type(code).__name__ if code is not None else 'no code'}.")
+    got = "no code" if code is None else "blank code" if isinstance(code, str) else type(code).__name__
+    return f"Error: code_interpreter needs a non-empty string argument `code` with Python code, got {got}."
 
 
 def usable_code(code: Any, behaviour: str) -> bool:

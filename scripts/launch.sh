@@ -131,4 +131,4 @@ else
   "$PYTHON" -m "$MODULE" "${RUN_ARGS[@]}" 2>&1 | tee -a "$LOG"
 fi
 # The stage's next command, with this run's real paths (so a second run never picks up an older folder).
-"$PYTHON" -m retool.next_step "$STAGE" "$RUN_DIR" || true
+DEVICE="$DEVICE" "$PYTHON" -m retool.next_step "$STAGE" "$RUN_DIR" || true

@@ -11,14 +11,10 @@ from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
 from retool.doctor.config import tool_config_path
 from retool.doctor.tool_config import tool_session_mode
 from retool.sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
+from retool.sandbox.gate import ACCEPT_VARIABLE, HOW_TO_FIX, STRONG_TIERS
 
-# Tiers weaker than bwrap (retool.sandbox.isolation): no namespaces around the model's code.
-WEAK_TIERS = ("rlimit", "none")
-ACCEPT_WEAK_ISOLATION = "RETOOL_ACCEPT_WEAK_ISOLATION"
-HOW_TO_ISOLATE = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; openEuler/CentOS: dnf install "
-                  "bubblewrap) and serve with retool-sandbox --isolation auto (inside Docker the container also needs "
-                  "what docs/sandbox.md says about Docker), or accept the risk explicitly with "
-                  f"{ACCEPT_WEAK_ISOLATION}=1")
+# The launchers' rule (retool.sandbox.gate): an RL run needs bwrap, or the risk accepted by name.
+ACCEPT_WEAK_ISOLATION, HOW_TO_ISOLATE = ACCEPT_VARIABLE, HOW_TO_FIX
 # One quick attempt: the doctor reports a server that is not there, it does not wait for it to come back.
 PROBE_POLICY = ClientPolicy(run_timeout=10, queue_timeout_s=10, max_retries=0, reconnect_budget_s=0)
 
@@ -62,7 +58,7 @@ def check_sandbox(url: str | None, rl: bool = False) -> Check:
     isolation = health.get("isolation", "?")
     detail = (f"{base} runs code; isolation {isolation} ({health.get('mode', '?')} mode), "
               f"{health.get('slots', '?')} slots, python {health.get('python_version', '?')}")
-    if rl and isolation in WEAK_TIERS:
+    if rl and isolation not in STRONG_TIERS:
         return _weak_for_rl(detail, f"isolation {isolation} is weaker than bwrap and this RL run executes the code "
                                     "the model writes")
     if isolation == "none":

@@ -1,7 +1,8 @@
 """The heavy half of retool-eval: vLLM in process, verl's own ToolAgentLoop, the recipe's tool and reward.
 
-Nothing of the training rollout is re-implemented here. Each sample runs verl 0.9.1's ``ToolAgentLoop`` (the
-class training uses for ``agent_name: tool_agent``), built from the same composed Hydra config, so the chat
+Nothing of the training rollout is re-implemented here. Each sample runs the recipe's agent loop
+(``retool.agent_loop.RecipeToolAgentLoop``, verl 0.9.1's ``ToolAgentLoop`` that training runs for
+``agent_name: tool_agent``), built from the same composed Hydra config, so the chat
 template rendering, the hermes parser, tool-response truncation, turn limits, the whole-trajectory
 ``response_length`` budget and ``num_turns`` are training's. The tools are loaded by verl's loader from the tool
 YAML, and the score is ``retool.reward.compute_score`` on the response decoded as verl's reward manager decodes
@@ -20,12 +21,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
-from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils import hf_tokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
+from retool.agent_loop import RecipeToolAgentLoop
 from retool.eval.problems import Problem
 from retool.reward import compute_score
 
@@ -79,8 +80,9 @@ class LocalVLLMClient:
         return TokenOutput(token_ids=token_ids, stop_reason="completed")
 
 
-class RecordingToolAgentLoop(ToolAgentLoop):
-    """verl's ToolAgentLoop, unchanged, plus a record of each tool call and of the turn counters.
+class RecordingToolAgentLoop(RecipeToolAgentLoop):
+    """The training rollout's agent loop (sessions closed at a trajectory's end), plus a record of each tool call and
+    of the turn counters.
 
     One instance runs one trajectory (as in verl, which instantiates a loop per sample), so plain instance
     attributes hold the record.

@@ -89,6 +89,8 @@ def load_problems(paths: Sequence[Path], limit: int | None = None,
                 except rl.ConversionError as e:
                     raise EvalError(f"{where}: cannot convert ({e}); fix the row or pass a prepared RL parquet") from e
             fields = _problem_from_rl_row(raw, where)
+            if kind is None:
+                _check_wording(fields["prompt"], prompt_style, where)
             index = fields["extra_info"].get("index", number)
             problem_id = f"{fields['data_source']}/{index}"
             if problem_id in seen:
@@ -112,3 +114,15 @@ def _is_raw_dapo(rows: Any) -> bool:
     first = next(iter(rows), None)
     prompt = _plain(first.get("prompt")) if first else None
     return bool(prompt) and isinstance(prompt[0], dict) and str(prompt[0].get("content", "")).startswith(DAPO_PREFIX)
+
+
+def _check_wording(prompt: list[dict[str, Any]], prompt_style: str, where: str) -> None:
+    """A prepared row whose prompt has the other profile's wording would measure the model on prompts it was not
+    trained with; a wording neither profile writes (hand-made rows) passes."""
+    from retool.profiles import prompt_style_of
+
+    user = next((m["content"] for m in prompt if m["role"] == "user"), "")
+    style = prompt_style_of(user)
+    if style is not None and style != prompt_style:
+        raise EvalError(f"{where}: the prompt has the {style} wording but this evaluation uses {prompt_style}: pass "
+                        "the --profile the model was trained with, or prepare the data with that profile")

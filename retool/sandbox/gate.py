@@ -21,9 +21,10 @@ ACCEPT_VARIABLE = "RETOOL_ACCEPT_WEAK_ISOLATION"
 STRONG_TIERS = ("bwrap",)
 HOW_TO_FIX = (
     "install bubblewrap where the sandbox runs (Debian/Ubuntu: apt-get install -y bubblewrap; openEuler, CentOS, "
-    "RHEL: dnf install -y bubblewrap) and restart it with `retool-sandbox serve`; inside Docker bwrap also needs user "
-    "namespaces (docs/sandbox.md, \"Containers\"); `retool-sandbox probe` says which tier works and why. To run with a "
-    f"weaker tier anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
+    "RHEL: dnf install -y bubblewrap) and restart `retool-sandbox serve`; inside a container bwrap also needs "
+    "--privileged, or --cap-add CAP_SYS_ADMIN --cap-add CAP_NET_ADMIN with the security options that "
+    "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker tier "
+    f"anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
 )
 
 

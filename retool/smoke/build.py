@@ -22,11 +22,11 @@ prompts ("<question> ... Remember to place the final answer ...") and RL prompts
 problem ... The answer format must be: ...") of different shapes, which a 4B model bridges but a 1.4M-parameter model
 trained for minutes does not (it answers without the tool in RL). ``--profile reference`` builds that variant.
 
-Idempotent: the data and the model are two steps, in that order (the tokenizer is trimmed to the data); a step is
-skipped when its outputs exist and the manifest records the same options (row counts, seed, shapes, pre-training
-settings, input paths), and redone otherwise; new data means a new model. The model step holds the pre-training,
-the one costly asset (minutes; the manifest states how many): it runs once and is cached like the rest. Use ``--force`` after
-editing an input file or a converter: file contents are not tracked.
+Idempotent: the data, then the model (the tokenizer is trimmed to the data); a step is skipped when its outputs
+exist and the manifest records the same options, and redone otherwise. The pre-training is the one costly step
+(minutes; the manifest states how many): the model pre-trained from the smoke's own options ships in
+assets/smoke_model and is installed when it fits (retool.smoke.shipped_model). Use ``--force`` after editing an
+input file or a converter: file contents are not tracked.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from typing import Any
 
 from retool.profiles import PROFILES, get_profile
 from retool.datasets import dataset_path
-from retool.smoke import task
+from retool.smoke import shipped_model, task
 from retool.smoke.pretrain import PretrainOptions
 
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+MODEL_FILES = shipped_model.FILES
 RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/retool_sft/pretrain.parquet",
              "raw/dapo_math/train.parquet", "raw/dapo_math/val.parquet")
 SFT_FILES = {"data/sft_train.parquet": "raw/retool_sft/train.parquet", "data/sft_val.parquet": "raw/retool_sft/val.parquet",
@@ -81,11 +81,12 @@ class BuildOptions:
     hidden: int = 128
     pretrain_rows: int = 8192     # tool-using conversations, disjoint from every other split
     pretrain: PretrainOptions = PretrainOptions()  # steps=0: no pre-training (a random model)
+    shipped_model: bool = True    # install assets/smoke_model when it fits (retool.smoke.shipped_model)
     force: bool = False
 
     def model_inputs(self) -> dict[str, Any]:
         return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed, "vocabulary": "trimmed to the data",
-                "pretrain": self.pretrain.inputs()}
+                "pretrain": self.pretrain.inputs(), "shipped_model": self.shipped_model}
 
     def data_inputs(self) -> dict[str, Any]:
         return {
@@ -156,8 +157,8 @@ def _check_inputs(opts: BuildOptions) -> None:
 
 
 def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, Any]:
-    """Tokenizer (trimmed to the data under ``out``), random model, then its pre-training, into a temporary sibling
-    directory swapped in only when complete."""
+    """Tokenizer (trimmed to the data under ``out``), then the shipped model when it fits, else a random model and
+    its pre-training; into a temporary sibling directory swapped in only when complete."""
     from retool.platform.cpu_dtype import host_report
     from retool.smoke.pretrain import pretrain
     from retool.smoke.tiny_model import build_tiny_model
@@ -167,8 +168,10 @@ def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, An
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         build_qwen_tokenizer(tmp, keep=lambda full: _vocabulary_texts(full, out))
-        summary = build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
-        if opts.pretrain.steps:
+        shipped = (shipped_model.install_if_fits(shipped_model.key(opts.model_inputs(), opts.data_inputs()), tmp)
+                   if opts.shipped_model and opts.pretrain.steps else None)
+        summary = shipped or build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
+        if shipped is None and opts.pretrain.steps:
             import pyarrow.parquet as pq
 
             rows = pq.read_table(out / "data/pretrain.parquet").to_pylist()
@@ -355,8 +358,7 @@ def _tmp_path(path: Path) -> Path:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    (tmp := path.with_name(f".{path.name}.tmp")).write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -376,6 +378,11 @@ def _jsonable(summary: Any) -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> BuildOptions:
+    return _parse(argv)[0]
+
+
+def _parse(argv: list[str] | None) -> tuple[BuildOptions, bool]:
+    """The build's options, and whether to ship the model it pre-trains (--ship-model)."""
     p = argparse.ArgumentParser(
         prog="retool-smoke-assets",
         description="Build the tiny model, tokenizer and synthetic_arith data for the CPU smoke run (offline).")
@@ -397,6 +404,10 @@ def parse_args(argv: list[str] | None = None) -> BuildOptions:
                    help="tool-using conversations to pre-train on (default: %(default)s)")
     p.add_argument("--pretrain-steps", type=int, default=PretrainOptions.steps,
                    help="pre-training steps (default: %(default)s; 0 keeps the random model)")
+    p.add_argument("--no-shipped-model", dest="shipped_model", action="store_false",
+                   help="pre-train even when the model shipped in assets/smoke_model fits these options")
+    p.add_argument("--ship-model", action="store_true",
+                   help="copy the model this build pre-trained into assets/smoke_model (retool.smoke.shipped_model)")
     p.add_argument("--force", action="store_true", help="rebuild everything even if up to date")
     a = p.parse_args(argv)
     if a.pretrain_steps < 0:
@@ -404,19 +415,24 @@ def parse_args(argv: list[str] | None = None) -> BuildOptions:
     return BuildOptions(out=a.out, sft_rows=a.sft_rows, sft_val_rows=a.sft_val_rows, rl_rows=a.rl_rows,
                         rl_val_rows=a.rl_val_rows, seed=a.seed, aime2025=a.aime2025, aime_rows=a.aime_rows,
                         profile=a.profile, layers=a.layers, hidden=a.hidden, pretrain_rows=a.pretrain_rows,
-                        pretrain=PretrainOptions(steps=a.pretrain_steps), force=a.force)
+                        pretrain=PretrainOptions(steps=a.pretrain_steps), shipped_model=a.shipped_model,
+                        force=a.force), a.ship_model
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
+    opts, ship = _parse(argv)
     try:
         manifest = build_assets(opts)
+        if ship:
+            key = shipped_model.key(opts.model_inputs(), opts.data_inputs())
+            args = " ".join(argv if argv is not None else sys.argv[1:])
+            print(f"shipped the model -> {shipped_model.save(Path(opts.out) / 'model', key, manifest['model'], args)}")
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"retool-smoke-assets: error: {exc}", file=sys.stderr)
         return 2
     model = manifest["model"]
-    print(f"model: {model['architecture']} {model['num_parameters']:,} parameters "
-          f"({'built' if manifest['model_built'] else 'up to date'}) -> {model['path']}")
+    state = "up to date" if not manifest["model_built"] else "shipped" if model.get("shipped") else "built"
+    print(f"model: {model['architecture']} {model['num_parameters']:,} parameters ({state}) -> {model['path']}")
     if model.get("pretrain"):
         report = model["pretrain"]
         print(f"pre-training: {report['options']['steps']} steps in {report['train_seconds']} s, digit runs copied "

@@ -129,6 +129,27 @@ def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, 
     return result
 
 
+def from_smoke_run(smoke: Path, assets: Path, out: Path) -> dict[str, Any]:
+    """The learning report of a finished smoke run's own RL stage (the first run of the benchmark: the smoke's
+    seeds, no control), written to ``out/learning.json`` like ``run`` writes its own. When, where and at which commit
+    come from the smoke's logs (stages.tsv, host.json, commit.txt)."""
+    stages = {line.split("\t")[0]: [float(x) for x in line.split("\t")[1:3]]
+              for line in (smoke / "logs" / "stages.tsv").read_text().splitlines() if line.count("\t") == 2}
+    if "rl" not in stages or not (smoke / "validation").is_dir():
+        raise FileNotFoundError(f"{smoke} holds no finished RL stage (logs/stages.tsv, validation/)")
+    start, end = stages["rl"]
+    commit = smoke / "logs" / "commit.txt"
+    measured = {"started": datetime.datetime.fromtimestamp(start, datetime.timezone.utc).isoformat(timespec="seconds"),
+                "host": json.loads((smoke / "logs" / "host.json").read_text()),
+                "commit": (commit.read_text().strip() if commit.is_file() else "") or None}
+    result = report(smoke / "validation", smoke / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
+    result.update(run_settings(smoke / "rl.resolved.yaml"), control=None, measured=measured,
+                  wall_s=round(end - start, 1), run_dir=str(smoke))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
 def run_settings(resolved: Path) -> dict[str, Any]:
     """What a learning report needs to say about the run (resolved config): steps, batch, samples, learning rate,
     seeds, the reward's tool shaping and the tool class."""

@@ -77,6 +77,44 @@ def run_date(stages: dict[str, tuple[float, float]]) -> str | None:
     return datetime.datetime.fromtimestamp(start, datetime.timezone.utc).date().isoformat()
 
 
+def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, float] | None:
+    """Where the RL stage's wall time went, in seconds, from stages.tsv and verl's TensorBoard events: start-up (the
+    launcher, Ray, the workers, vLLM, until verl's TensorBoard writer exists, which its file name dates), validation
+    before training (until the step-0 metrics), the training steps (verl's timing_s/step, of which generation and
+    actor update), validation after training (timing_s/testing) and what is left (shutdown). None without events."""
+    from retool.report import ReportError, find_event_dirs, read_event_dir
+
+    logdir = run_dir / "tensorboard" / "rl"
+    if "rl" not in stages or not logdir.is_dir():
+        return None
+    try:
+        dirs = find_event_dirs(logdir)
+    except ReportError:
+        return None
+    created = min(float(p.name.split(".")[3]) for d in dirs for p in d.glob("events.out.tfevents.*"))
+    series: dict[str, dict[int, tuple[float, float]]] = {}
+    for path in dirs:
+        for tag, points in read_event_dir(path).items():
+            series.setdefault(tag, {}).update(points)
+    step0 = [wall for tag, points in series.items() if tag.startswith("val-core/") for step, (wall, _) in
+             points.items() if step == 0]
+    if not step0 or "timing_s/step" not in series:
+        return None
+
+    def total(tag: str) -> float:
+        return sum(value for _, value in series.get(tag, {}).values())
+
+    start, end = stages["rl"]
+    testing = series.get("timing_s/testing", {})
+    times = {"startup_s": created - start, "validation_before_s": max(step0) - created,
+             "training_steps_s": total("timing_s/step"), "generation_s": total("timing_s/gen"),
+             "actor_update_s": total("timing_s/update_actor"),
+             "validation_after_s": testing[max(testing)][1] if testing else 0.0}
+    times["rest_s"] = (end - start) - times["startup_s"] - times["validation_before_s"] - times["training_steps_s"] \
+        - times["validation_after_s"]
+    return {key: round(value, 1) for key, value in times.items()}
+
+
 def _memory_samples(run_dir: Path) -> list[tuple[float, int]]:
     path = run_dir / "logs" / "memory.tsv"
     samples = []
@@ -176,6 +214,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "sft": {"loss": _first_last(sft.get(SFT_LOSS, []))},
         "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
         "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
+        "rl_time": rl_time(run_dir, stages),
         "learning": _learning(run_dir, configs["rl"]),
         "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
         "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
@@ -229,6 +268,7 @@ def render_markdown(s: dict[str, Any]) -> str:
     for tag, points in s["validation"].items():
         if _headline_validation_tag(tag):
             lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
+    lines += ["", rl_time_sentence(s.get("rl_time")) + "."]
     pretraining = s.get("pretraining")
     if pretraining:
         lines += ["", f"Model: {pretraining_sentence(pretraining)}"]
@@ -247,13 +287,24 @@ def accuracy_verdict(learning: dict[str, Any]) -> str:
             f"({acc['delta']:+.3f}, 95% CI [{acc['low']:+.3f}, {acc['high']:+.3f}], {acc['prompts']} prompts)")
 
 
+def rl_time_sentence(times: dict[str, float] | None) -> str:
+    if not times:
+        return "RL stage time: not broken down (no TensorBoard events)"
+    return (f"RL stage time: start-up (Ray, workers, vLLM) {times['startup_s']:.0f} s, validation before training "
+            f"{times['validation_before_s']:.0f} s, training steps {times['training_steps_s']:.0f} s (generation "
+            f"{times['generation_s']:.0f} s, actor update {times['actor_update_s']:.0f} s), validation after "
+            f"{times['validation_after_s']:.0f} s, shutdown and the rest {times['rest_s']:.0f} s")
+
+
 def pretraining_sentence(pretraining: dict[str, Any]) -> str:
-    """What the model was pre-trained on before SFT and what that cost (once; the assets are cached)."""
+    """What the model was pre-trained on before SFT and what that cost (once: the model ships in assets/smoke_model
+    and is cached with the assets)."""
     opts, copy = pretraining["options"], pretraining["copy_after"]
     host = pretraining.get("host") or {}
+    where = "shipped in assets/smoke_model" if pretraining.get("shipped") else "cached with the assets"
     return (f"pre-trained once ({opts['steps']} steps x {opts['batch_size']} tool-using conversations, "
-            f"{pretraining['train_seconds']:.0f} s on {host.get('cpu_model', 'an unrecorded host')} in "
-            f"{host.get('dtype', 'float32')}, cached with the assets); held-out digit runs copied exactly "
+            f"{pretraining['train_seconds']:.0f} s in float32 on {host.get('cpu_model', 'an unrecorded host')} with "
+            f"{host.get('cores', '?')} cores, {where}); held-out digit runs copied exactly "
             f"{copy['digit_runs_exact']:.2f} (before pre-training {pretraining['copy_before']['digit_runs_exact']:.2f})")
 
 
@@ -276,7 +327,8 @@ def render_performance(s: dict[str, Any], label: str) -> str:
         extra = f" ({s['rl_steps']} steps + 2 validations)" if name == "rl" else extra
         lines.append(f"| {name}{extra} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
     lines += [f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |", "",
-              f"Its RL stage's {accuracy_verdict(s.get('learning') or {})}.", ""]
+              f"Its RL stage's {accuracy_verdict(s.get('learning') or {})}. {rl_time_sentence(s.get('rl_time'))}.",
+              ""]
     if s.get("pretraining"):
         lines += [f"Model: {pretraining_sentence(s['pretraining'])}.", ""]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The smoke run, once per test session: test_smoke.py checks its signals, test_learning_signal.py trains on its SFT model."""
+"""The smoke run, once per test session: test_smoke.py checks its signals, test_learning_signal.py its accuracy
+verdict (the smoke's RL stage is the learning run), and other e2e tests reuse its run folder."""
 
 from __future__ import annotations
 
@@ -14,13 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def smoke_run_dir(tmp_path_factory) -> Path:
-    # E2E_REUSE_SMOKE names a finished smoke run to test instead of running one (for working on these tests);
-    # E2E_RUN_DIR keeps the folder of the run made here for inspection (CI prints its summary either way).
-    reuse = os.environ.get("E2E_REUSE_SMOKE")
-    if reuse:
-        if not (Path(reuse) / "summary.json").is_file():
-            pytest.fail(f"E2E_REUSE_SMOKE={reuse} holds no finished smoke run (no summary.json)")
-        return Path(reuse)
+    # E2E_RUN_DIR keeps the folder for inspection (CI prints its summary either way).
     run_dir = Path(os.environ.get("E2E_RUN_DIR") or tmp_path_factory.mktemp("smoke") / "run")
     env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
     env.pop("DRY_RUN", None)

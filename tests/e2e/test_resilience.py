@@ -121,6 +121,7 @@ def runs(setting) -> dict:
     log = run_dir.parent / "launch.log"
     dumps = run_dir / "rollouts"
     outage: dict = {}
+    started = time.monotonic()
     with running_sandbox(port=port) as url:
         first = start(setting, log)
         wait_for(lambda: (dumps / f"{KILL_AFTER}.jsonl").is_file(), first, 900, f"step {KILL_AFTER}", log)
@@ -150,8 +151,30 @@ def runs(setting) -> dict:
             os.killpg(second.pid, signal.SIGKILL)
             pytest.fail(f"the resumed run hung; log tail:\n{log.read_text()[-4000:]}")
         health_after = SandboxClient(url).health()
-    return {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
-            "health_before": health_before, "health_after": health_after, "outage": outage}
+    result = {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
+              "health_before": health_before, "health_after": health_after, "outage": outage}
+    if second.returncode == 0:  # what bench/resilience.py renders into docs/performance.md
+        write_facts(setting, result, started)
+    return result
+
+
+def write_facts(setting: dict, result: dict, started: float) -> None:
+    from retool.platform.cpu_dtype import host_report
+
+    event_dir = setting["run_dir"] / "tensorboard" / "rl"
+    trajectories = sum(prompts(setting["run_dir"] / "rollouts" / "1.jsonl").values())
+    keys = ("tool_calls", "tool_retried", "tool_unavailable", "trajectory_masked", "tool_session_lost")
+    # the step means times the trajectories of a step: counts per step
+    per_step = {key: {step: round(mean * trajectories, 2)
+                      for step, mean in scalar_values(event_dir, f"train-reward/{key}/mean").items()} for key in keys}
+    facts = {"date": time.strftime("%Y-%m-%d"), "host": host_report(), "steps": STEPS, "save_every": SAVE_EVERY,
+             "killed_after_step": result["killed_at"], "resumed_from_checkpoint": 2,
+             "outage_s": round(result["outage"]["up"] - result["outage"]["down"], 1),
+             "trajectories_per_step": trajectories, "per_step": per_step,
+             "sessions_after_restart": result["health_after"]["sessions"]["counters"],
+             "sessions_before_outage": result["health_before"]["sessions"]["counters"],
+             "wall_s": round(time.monotonic() - started, 1)}
+    (setting["run_dir"].parent / "resilience.json").write_text(json.dumps(facts, indent=2) + "\n")
 
 
 def test_the_resumed_run_continues_from_the_last_checkpoint_and_finishes(setting, runs):

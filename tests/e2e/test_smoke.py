@@ -1,7 +1,9 @@
 """The whole recipe end to end on this CPU (run_smoke_cpu.sh): asserts the signals, not just the exit code.
 
-SFT must lower the loss; the RL rollouts must make tool calls that the sandbox really executed; reward, num_turns and
-validation curves must be in TensorBoard under verl's tag names; the run folder must hold what users look at.
+The model SFT starts from must be the pre-trained asset that copies digits; SFT must lower the loss; the RL
+rollouts must make tool calls that the sandbox really executed; reward, num_turns and validation curves must be in
+TensorBoard under verl's tag names; the run folder must hold what users look at. The accuracy verdict of the RL
+stage is test_learning_signal.py's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ def summary(run_dir) -> dict:
     data = json.loads((run_dir / "summary.json").read_text())
     print((run_dir / "summary.md").read_text())
     return data
+
+
+def test_sft_started_from_a_model_pre_trained_to_copy(summary):
+    pretraining = summary["pretraining"]
+    assert pretraining is not None, "the SFT model path has no assets manifest with a pre-training report"
+    assert pretraining["copy_after"]["digit_runs_exact"] >= 0.9 > pretraining["copy_before"]["digit_runs_exact"]
 
 
 def test_sft_loss_fell(summary):
@@ -65,6 +73,14 @@ def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
     assert read_text_tags(run_dir / "tensorboard" / "rl"), "validation generations (TEXT tab) missing"
 
 
+def test_summary_says_where_the_rl_stage_time_went(summary):
+    rl_time = summary["rl_time"]
+    assert rl_time is not None and all(value >= 0 for value in rl_time.values()), rl_time
+    parts = ("startup_s", "validation_before_s", "training_steps_s", "validation_after_s", "rest_s")
+    assert sum(rl_time[k] for k in parts) == pytest.approx(summary["stages"]["rl"]["wall_s"], abs=1.0)
+    assert rl_time["generation_s"] + rl_time["actor_update_s"] <= rl_time["training_steps_s"]
+
+
 def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir, summary):
     compute = summary["compute"]
     # the dtype rule's choice is what every stage ran with (bf16 only where the CPU has it natively)
@@ -77,7 +93,7 @@ def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir,
     for change in changes.values():
         assert change["low"] <= change["delta"] <= change["high"] and change["prompts"] == 64
     markdown = (run_dir / "summary.md").read_text()
-    assert "Compute dtype" in markdown and "95% CI" in markdown
+    assert "Compute dtype" in markdown and "95% CI" in markdown and "**Verdict: held-out accuracy " in markdown
 
 
 def test_tool_outcomes_reach_tensorboard(run_dir):

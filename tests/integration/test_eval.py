@@ -41,7 +41,8 @@ FORCED_REGEX = (r'(<tool_call>\n\{"name": "code_interpreter", "arguments": \{"co
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke-assets")
-    proc = subprocess.run([sys.executable, "-m", "retool.smoke.build", "--out", str(out)],
+    # the random model (no pre-training): this test is about the evaluation path, not about what the model knows
+    proc = subprocess.run([sys.executable, "-m", "retool.smoke.build", "--out", str(out), "--pretrain-steps", "0"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

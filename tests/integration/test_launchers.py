@@ -80,12 +80,13 @@ def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
     assert proc.returncode == 2 and "SANDBOX_URL is not read; set RETOOL_SANDBOX_URL" in proc.stderr
 
 
-def test_one_default_sft_model_path_for_config_launcher_and_docs():
-    config = yaml.safe_load((REPO / "configs" / "rl.yaml").read_text())
-    assert config["actor_rollout_ref"]["model"]["path"] == "checkpoints/sft/merged"
+def test_the_rl_launcher_names_the_sft_model_it_needs(rl_inputs, tmp_path):
     cfg = resolved("run_qwen3_4b_dapo_npu.sh", MODEL_PATH="")
-    assert cfg["actor_rollout_ref"]["model"]["path"] == str(REPO / "checkpoints" / "sft" / "merged")
-    assert "--target_dir checkpoints/sft/merged" in (REPO / "README.md").read_text()
+    assert cfg["actor_rollout_ref"]["model"]["path"] == "MODEL_PATH-not-set"
+    proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": ""})
+    assert proc.returncode == 2 and "MODEL_PATH is not set: set MODEL_PATH to the model the SFT stage printed" in proc.stderr
+    proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": str(tmp_path / "missing")})
+    assert proc.returncode == 1 and "set MODEL_PATH to the model path it printed" in proc.stderr
 
 
 def test_a_relative_run_dir_becomes_absolute_before_it_reaches_verl():

@@ -101,10 +101,10 @@ def test_tier_none_fails_an_rl_config_until_the_risk_is_accepted(monkeypatch: py
     assert plain.status == WARN and plain.message.endswith("model code is not isolated; restart with --isolation auto")
     assert rl.status == FAIL and still.status == FAIL
     assert f"{url} runs code; isolation none" in rl.message
-    for fix in ("isolation none is weaker than bwrap", "Debian/Ubuntu: apt-get install bubblewrap",
-                "openEuler/CentOS: dnf install bubblewrap", "retool-sandbox --isolation auto",
-                "inside Docker the container also needs what docs/sandbox.md says",
-                "accept the risk explicitly with RETOOL_ACCEPT_WEAK_ISOLATION=1"):
+    for fix in ("isolation none is weaker than bwrap", "Debian/Ubuntu: apt-get install -y bubblewrap",
+                "openEuler, CentOS, RHEL: dnf install -y bubblewrap", "restart `retool-sandbox serve`",
+                "--cap-add CAP_SYS_ADMIN", 'docs/sandbox.md, "Containers"',
+                "accept the risk explicitly: RETOOL_ACCEPT_WEAK_ISOLATION=1"):
         assert fix in rl.message
     assert accepted.status == WARN and accepted.message.endswith("accepted with RETOOL_ACCEPT_WEAK_ISOLATION=1")
 
@@ -125,7 +125,7 @@ def test_tier_rlimit_fails_an_rl_config() -> None:
         server.__exit__(None, None, None)
     assert plain.status == OK and "isolation rlimit" in plain.message
     assert rl.status == FAIL and "isolation rlimit is weaker than bwrap" in rl.message
-    assert "apt-get install bubblewrap" in rl.message
+    assert "apt-get install -y bubblewrap" in rl.message
 
 
 def test_sandboxfusion_without_health(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,7 +136,7 @@ def test_sandboxfusion_without_health(monkeypatch: pytest.MonkeyPatch) -> None:
         accepted = check_sandbox(url, rl=True)
     assert plain.status == WARN and plain.message == f"{url} {NO_HEALTH}"
     assert rl.status == FAIL and rl.message.startswith(f"{url} {NO_HEALTH} -> ")
-    assert "dnf install bubblewrap" in rl.message and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in rl.message
+    assert "dnf install -y bubblewrap" in rl.message and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in rl.message
     assert accepted.status == WARN and NO_HEALTH in accepted.message and "accepted with" in accepted.message
 
 

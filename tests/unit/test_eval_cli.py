@@ -163,3 +163,14 @@ def test_cli_rejects_bad_numbers(capsys: pytest.CaptureFixture) -> None:
     assert "--n must be >= 1" in capsys.readouterr().err
     assert isinstance(parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"]),
                       argparse.Namespace)
+
+
+def test_a_prepared_file_of_the_other_profile_is_refused(tmp_path: Path) -> None:
+    prepared = tmp_path / "aime_reference.parquet"
+    rl.prepare(AIME25, prepared, limit=2)  # the reference profile's wording
+    assert len(load_problems([prepared])) == 2
+    with pytest.raises(EvalError, match="row 0: the prompt has the verl_retool wording but this evaluation uses "
+                                        "qwen_boxed"):
+        load_problems([prepared], prompt_style="qwen_boxed")
+    # hand-made rows in neither wording are evaluated as they are
+    assert len(load_problems([rl_rows(tmp_path / "own.parquet", [row("a")])], prompt_style="qwen_boxed")) == 1

@@ -1,5 +1,5 @@
 """The NPU install guard's pieces (retool/npu_install.py): the constraints it writes, how it reads a pip plan and a
-changed stack, and its refusal outside the image. The pip runs themselves: tests/integration/test_npu_install.py."""
+changed stack, and its refusal outside the image. The pip runs themselves: tests/integration/test_npu_install_pip.py."""
 
 from __future__ import annotations
 

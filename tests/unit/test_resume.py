@@ -110,3 +110,15 @@ def test_a_changed_config_is_refused_with_the_keys(tmp_path, capsys):
     assert main(["prepare", "--stage", "rl", "--run-dir", str(run_dir), "--new-config",
                  str(run_dir / "rl.resolved.yaml"), "--check-only"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_an_sft_resume_continues_after_its_checkpoint_without_overrides(tmp_path):
+    run_dir = tmp_path / "run"
+    checkpoints = run_dir / "checkpoints" / "sft"
+    (checkpoints / "global_step_31").mkdir(parents=True)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("31")
+    config = {"trainer": {"default_local_dir": str(checkpoints), "save_freq": 31}, "engine": {"strategy": "fsdp"}}
+    (run_dir / "sft.resolved.yaml").write_text(yaml.safe_dump(config))
+    write_events(run_dir / "tensorboard" / "sft", {"train/loss": list(range(1, 41))})
+    assert prepare("sft", run_dir, run_dir / "sft.resolved.yaml") == []
+    assert sorted(read_event_dir(run_dir / "tensorboard" / "sft")["train/loss"]) == list(range(1, 32))

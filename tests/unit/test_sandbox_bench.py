@@ -167,7 +167,8 @@ def _sessions_row(cell: str, sessions: int, before: float, idle: float, pss: flo
 
 
 def test_the_sessions_section_states_what_was_measured_and_what_fits(bench):
-    meta = {"date": "2026-12-01", "machine": "test", "isolation": "bwrap", "slots": 2, "concurrency": 4}
+    meta = {"date": "2026-12-01", "machine": "test", "isolation": "bwrap", "slots": 2, "concurrency": 4,
+            "command": "--sessions 100 --session-cells plain,numpy+sympy:50"}
     rows = [_sessions_row("plain", 100, 20048.0, 19048.0, 700.0),  # 10 MiB by MemAvailable, 7 by Pss
             _sessions_row("numpy+sympy", 50, 20048.0, 17548.0, 4000.0)]  # 50 by MemAvailable, 80 by Pss
     text = bench.render_sessions(rows, meta)
@@ -175,6 +176,6 @@ def test_the_sessions_section_states_what_was_measured_and_what_fits(bench):
     # the larger per-session figure decides what fits: (20048 - 2048) / 80
     assert "| numpy+sympy: `import numpy, sympy; x = numpy.arange(10)` | 50 | 50 | 2.5 | 120.0 / 400.0 | 40.0 " \
            "| 50.0 | 80.0 | 225 |" in text
-    assert "`bench/sandbox_bench.py --sessions 100`" in text and "memory floor 2048 MiB" in text
+    assert "`bench/sandbox_bench.py --sessions 100 --session-cells plain,numpy+sympy:50`" in text and "memory floor 2048 MiB" in text
     unknown = bench.render_sessions([_sessions_row("plain", 10, 12048.0, 11948.0, None)], meta)
     assert "| 10.0 | - | 1000 |" in unknown  # not root: no Pss, MemAvailable alone

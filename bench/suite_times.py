@@ -1,0 +1,88 @@
+"""What each part of the test suite costs on this host, from a JUnit XML report of a `make test` run.
+
+    PYTEST_ADDOPTS="--junitxml=/tmp/suite.xml" make test
+    python bench/suite_times.py /tmp/suite.xml --label "native bf16" [--make-wall-s 2400] --output docs/performance.md
+
+Writes the section ``test-suite-<label>`` of docs/performance.md: per folder of tests/ the number of tests, their
+outcomes and their summed time, the slowest tests, and the host the report came from (this machine's CPU and the
+ISA limits in the environment, so run it on the host and in the environment that ran the suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+from retool.markdown_sections import replace_section, slug
+from retool.platform.cpu_dtype import host_report
+
+
+def read_cases(path: Path) -> tuple[list[dict], dict]:
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        raise ValueError(f"{path} holds no <testsuite>: is it pytest's --junitxml output?")
+    cases = []
+    for case in suite.iter("testcase"):
+        outcome = "passed"
+        for child, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            if case.find(child) is not None:
+                outcome = name
+        part = "/".join(case.get("classname", "").split(".")[:2]) or "?"
+        cases.append({"part": part, "name": f"{case.get('classname')}::{case.get('name')}",
+                      "seconds": float(case.get("time") or 0), "outcome": outcome})
+    return cases, dict(suite.attrib)
+
+
+def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None) -> str:
+    host = host_report()
+    limits = ", ".join(f"{k}={v}" for k, v in host["isa_limits"].items())
+    when = (suite.get("timestamp") or datetime.datetime.now().isoformat())[:10]
+    parts: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0, "outcomes": defaultdict(int)})
+    for case in cases:
+        part = parts[case["part"]]
+        part["tests"] += 1
+        part["seconds"] += case["seconds"]
+        part["outcomes"][case["outcome"]] += 1
+    pytest_s = float(suite.get("time") or sum(c["seconds"] for c in cases))
+    lines = [f"### Test suite: {label}", "",
+             f"Measured {when} by `make test` (pytest's JUnit report, `bench/suite_times.py`) on {host['cpu_model']}, "
+             f"{host['cores']} cores{' with ' + limits if limits else ''}; compute dtype `{host['dtype']}`.", "",
+             "| part | tests | outcomes | time (s) | share |", "|---|---|---|---|---|"]
+    for name, part in sorted(parts.items(), key=lambda kv: -kv[1]["seconds"]):
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
+        lines.append(f"| `{name}` | {part['tests']} | {outcomes} | {part['seconds']:.0f} | "
+                     f"{part['seconds'] / pytest_s:.0%} |")
+    total = f"pytest {pytest_s:.0f} s ({pytest_s / 60:.1f} min)"
+    if make_wall_s:
+        total += f"; the whole `make test`, setup included, {make_wall_s:.0f} s ({make_wall_s / 60:.1f} min)"
+    lines += ["", f"Total: {total}. Slowest tests:", ""]
+    for case in sorted(cases, key=lambda c: -c["seconds"])[:5]:
+        lines.append(f"- {case['seconds']:.0f} s `{case['name']}`")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("junit", type=Path, help="pytest --junitxml report")
+    parser.add_argument("--label", required=True, help='how this host and setting are named, e.g. "native bf16"')
+    parser.add_argument("--make-wall-s", type=float, default=None, help="wall time of the whole make test, if timed")
+    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "performance.md")
+    args = parser.parse_args(argv)
+    try:
+        cases, suite = read_cases(args.junit)
+    except (OSError, ET.ParseError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    section = render(cases, suite, args.label, args.make_wall_s)
+    replace_section(args.output, f"test-suite-{slug(args.label)}", section)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

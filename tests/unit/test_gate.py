@@ -1,0 +1,34 @@
+"""retool.sandbox.gate against real sandboxes: bwrap passes, a weaker tier stops an RL launch unless accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from retool.sandbox.gate import ACCEPT_VARIABLE, isolation_verdict, main
+from retool.sandbox.spawn import running_sandbox
+
+
+def test_bwrap_passes():
+    with running_sandbox(isolation="bwrap", slots=1) as url:
+        ok, message = isolation_verdict(url + "/run_code", environ={})
+    assert ok and message.endswith("isolation bwrap")
+
+
+@pytest.mark.parametrize("isolation", ["rlimit", "none"])
+def test_a_weaker_tier_stops_unless_accepted_by_name(isolation, capsys):
+    # the rlimit tier runs code as an unprivileged uid, which cannot reach a venv under /root: the system python
+    with running_sandbox(isolation=isolation, slots=1, python="/usr/bin/python3") as url:
+        refused = isolation_verdict(url, environ={})
+        accepted = isolation_verdict(url, environ={ACCEPT_VARIABLE: "1"})
+        misspelt = isolation_verdict(url, environ={ACCEPT_VARIABLE: "yes"})
+        assert main([url]) == 1
+    assert not refused[0] and f"isolation '{isolation}'" in refused[1] and "bubblewrap" in refused[1]
+    assert accepted[0] and accepted[1].startswith("warning:") and f"{ACCEPT_VARIABLE}=1" in accepted[1]
+    assert not misspelt[0]
+    assert "error: sandbox" in capsys.readouterr().err
+
+
+def test_no_sandbox_and_no_url_are_refused():
+    assert isolation_verdict("http://127.0.0.1:9/run_code", environ={})[0] is False
+    ok, message = isolation_verdict("127.0.0.1:8080", environ={})
+    assert not ok and "http(s)" in message

@@ -1,0 +1,53 @@
+"""retool.next_step: the command after a stage names this run's own folders."""
+
+from __future__ import annotations
+
+import yaml
+
+from retool.next_step import main
+
+
+def run_folder(tmp_path, stage: str, step: int | None):
+    run_dir = tmp_path / stage
+    checkpoints = run_dir / "checkpoints" / stage
+    checkpoints.mkdir(parents=True)
+    (run_dir / f"{stage}.resolved.yaml").write_text(yaml.safe_dump({"trainer": {"default_local_dir": str(checkpoints)}}))
+    if step is not None:
+        (checkpoints / f"global_step_{step}").mkdir()
+        (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return run_dir
+
+
+def test_after_sft_the_rl_command_names_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PROFILE", "improved")
+    monkeypatch.delenv("DEVICE", raising=False)
+    run_dir = run_folder(tmp_path, "sft", 186)
+    assert main(["sft", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    hf = run_dir / "checkpoints" / "sft" / "global_step_186" / "huggingface"
+    assert f"PROFILE=improved MODEL_PATH={hf} ./run_qwen3_4b_dapo_npu.sh" in out
+    assert f"--local_dir {hf.parent} --target_dir {run_dir / 'merged'}" in out
+
+
+def test_after_rl_report_merge_and_eval(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("PROFILE", raising=False)
+    run_dir = run_folder(tmp_path, "rl", 130)
+    assert main(["rl", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'}" in out
+    assert f"--local_dir {run_dir / 'checkpoints' / 'rl' / 'global_step_130' / 'actor'}" in out
+    assert "retool-eval" in out and "--profile reference" in out
+
+
+def test_no_checkpoint_and_no_run_folder(tmp_path, capsys):
+    assert main(["rl", str(run_folder(tmp_path, "rl", None))]) == 0
+    assert "saved no checkpoint" in capsys.readouterr().out
+    assert main(["sft", str(tmp_path / "nothing")]) == 1
+    assert "not a sft run folder" in capsys.readouterr().err
+
+
+def test_after_a_cuda_sft_the_rl_command_is_the_cuda_launcher(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DEVICE", "cuda")
+    assert main(["sft", str(run_folder(tmp_path, "sft", 3))]) == 0
+    out = capsys.readouterr().out
+    assert "./run_qwen3_4b_dapo_cuda.sh" in out and "dapo_npu" not in out

@@ -1,0 +1,70 @@
+"""The learning benchmark's negative controls and the overrides that select them (retool.smoke.controls and
+retool.smoke.learning_run), on the real tool class, tool YAMLs and reward."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import yaml
+
+from retool.profiles import get_profile
+from retool.reward import compute_score
+from retool.sandbox.spawn import running_sandbox
+from retool.smoke import learning_run
+from retool.smoke.controls import WrongResultTool, negated_score, off_by_one
+
+EXTRA = {"num_turns": 4}  # one executed tool round
+
+
+def test_off_by_one_changes_every_integer_and_nothing_else():
+    assert off_by_one("464295") == "464296"
+    assert off_by_one("999\n[exit code 1]") == "1000\n[exit code 2]"
+    assert off_by_one("no digits here") == "no digits here"
+
+
+def test_an_answer_copied_from_the_wrong_tool_scores_minus_one():
+    with running_sandbox() as url:
+        tool = WrongResultTool({"sandbox_fusion_url": f"{url}/run_code", "behaviour": "annotated"})
+        text, metrics = asyncio.run(tool.run_code("print(876 * 530 + 15)"))
+    assert text == "464296" and metrics["status"] == "ok"  # the sandbox printed 464295
+    copied = f"<tool_response>\n{text}\n</tool_response>assistant\nSo the result is {text}.\n\n\\boxed{{{text}}}"
+    result = compute_score("synthetic_arith", copied, "464295", EXTRA, tool_shaping="none")
+    assert (result["score"], result["acc"]) == (-1.0, 0.0)
+    right = compute_score("synthetic_arith", "\\boxed{464295}", "464295", EXTRA, tool_shaping="none")
+    assert (right["score"], right["acc"]) == (1.0, 1.0)
+
+
+def test_the_negated_reward_flips_only_the_score():
+    right = compute_score("synthetic_arith", "\\boxed{12}", "12", EXTRA, tool_shaping="none")
+    flipped = negated_score("synthetic_arith", "\\boxed{12}", "12", EXTRA, tool_shaping="none")
+    assert flipped["score"] == -right["score"] == -1.0
+    assert {k: v for k, v in flipped.items() if k != "score"} == {k: v for k, v in right.items() if k != "score"}
+
+
+@pytest.mark.parametrize("profile", ["reference", "improved"])
+def test_the_wrong_tool_yaml_is_the_profile_yaml_with_the_class_swapped(tmp_path, profile):
+    source = get_profile(profile).tool_config_path
+    written = learning_run.wrong_tool_config(source, tmp_path / "tool.yaml")
+    original, swapped = yaml.safe_load(source.read_text()), yaml.safe_load(written.read_text())
+    assert [t["class_name"] for t in swapped["tools"]] == [learning_run.WRONG_TOOL_CLASS]
+    assert [t["config"] for t in swapped["tools"]] == [t["config"] for t in original["tools"]]
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"tools": [{"class_name": "my.Tool", "config": {}}]}))
+    with pytest.raises(ValueError, match="must list only retool.tool.CodeInterpreterTool"):
+        learning_run.wrong_tool_config(tmp_path / "other.yaml", tmp_path / "out.yaml")
+
+
+def test_overrides_select_seed_and_control(tmp_path):
+    plain = learning_run.overrides()
+    assert plain == ["+smoke=rl", "trainer.experiment_name=learning-grpo"]
+    seeded = learning_run.overrides(steps=6, val_n=2, seed=3)
+    assert {"trainer.total_training_steps=6", "trainer.test_freq=6", "actor_rollout_ref.rollout.val_kwargs.n=2",
+            "data.seed=3", "actor_rollout_ref.rollout.seed=3"} <= set(seeded)
+    negated = learning_run.overrides(control="negated")
+    assert "reward.custom_reward_function.name=negated_score" in negated
+    wrong = learning_run.overrides(control="wrong_tool", wrong_tool_yaml=tmp_path / "t.yaml")
+    assert f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 't.yaml'}" in wrong
+    with pytest.raises(ValueError, match="needs the path"):
+        learning_run.overrides(control="wrong_tool")
+    with pytest.raises(ValueError, match="unknown control"):
+        learning_run.overrides(control="mine")

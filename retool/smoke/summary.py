@@ -115,6 +115,11 @@ def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, 
     return {key: round(value, 1) for key, value in times.items()}
 
 
+def _read_text(path: Path) -> str | None:
+    """A one-line log file written by run_smoke_cpu.sh, or None when it is missing or empty."""
+    return (path.read_text().strip() if path.is_file() else "") or None
+
+
 def _memory_samples(run_dir: Path) -> list[tuple[float, int]]:
     path = run_dir / "logs" / "memory.tsv"
     samples = []
@@ -206,6 +211,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "run_dir": str(run_dir),
         "date": run_date(stages),
+        "commit": _read_text(run_dir / "logs" / "commit.txt"),
         "stages": stage_rows,
         "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
         "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,
@@ -317,7 +323,8 @@ def render_performance(s: dict[str, Any], label: str) -> str:
     sft_steps = (s["sft"]["loss"] or {}).get("steps")
     sft_wall = (s["stages"].get("sft") or {}).get("wall_s")
     lines = [f"### CPU smoke run: {label}", "",
-             f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` on "
+             f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` at commit "
+             f"{s.get('commit') or '(not recorded)'} on "
              f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; CPU flags that decide the dtype: "
              f"{', '.join(compute.get('flags', [])) or 'none of them'}. Compute dtype `{compute.get('dtype')}` "
              f"({compute.get('dtype_reason')}).", "",

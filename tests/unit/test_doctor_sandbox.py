@@ -103,7 +103,7 @@ def test_tier_none_fails_an_rl_config_until_the_risk_is_accepted(monkeypatch: py
     assert f"{url} runs code; isolation none" in rl.message
     for fix in ("isolation none is weaker than bwrap", "Debian/Ubuntu: apt-get install -y bubblewrap",
                 "openEuler, CentOS, RHEL: dnf install -y bubblewrap", "restart `retool-sandbox serve`",
-                "--cap-add CAP_SYS_ADMIN", 'docs/sandbox.md, "Containers"',
+                "--cap-add CAP_SYS_ADMIN", 'docs/sandbox.md ("Containers")',
                 "accept the risk explicitly: RETOOL_ACCEPT_WEAK_ISOLATION=1"):
         assert fix in rl.message
     assert accepted.status == WARN and accepted.message.endswith("accepted with RETOOL_ACCEPT_WEAK_ISOLATION=1")

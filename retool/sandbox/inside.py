@@ -123,6 +123,11 @@ def _retool_enter(limits, path, started):
     return main.__dict__, source, path
 def _retool_finish(scope, source, path):
     status, interrupted = 0, False
+    import signal
+    # the timeout's SIGINT must raise KeyboardInterrupt (so the program flushes) even when the server was started
+    # by a process that ignores SIGINT (a background job of a non-interactive shell, a trap): an ignored signal is
+    # inherited through fork and exec
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         exec(compile(source, path, "exec", dont_inherit=True), scope)
     except SystemExit as exc:
@@ -157,7 +162,6 @@ def _retool_finish(scope, source, path):
         except BaseException:
             pass
     if interrupted:
-        import signal
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         status = 130

@@ -133,15 +133,15 @@ def from_smoke_run(smoke: Path, assets: Path, out: Path) -> dict[str, Any]:
     """The learning report of a finished smoke run's own RL stage (the first run of the benchmark: the smoke's
     seeds, no control), written to ``out/learning.json`` like ``run`` writes its own. When, where and at which commit
     come from the smoke's logs (stages.tsv, host.json, commit.txt)."""
-    stages = {line.split("\t")[0]: [float(x) for x in line.split("\t")[1:3]]
-              for line in (smoke / "logs" / "stages.tsv").read_text().splitlines() if line.count("\t") == 2}
+    from retool.smoke.summary import read_log_line, stage_times
+
+    stages = stage_times(smoke)
     if "rl" not in stages or not (smoke / "validation").is_dir():
         raise FileNotFoundError(f"{smoke} holds no finished RL stage (logs/stages.tsv, validation/)")
     start, end = stages["rl"]
-    commit = smoke / "logs" / "commit.txt"
     measured = {"started": datetime.datetime.fromtimestamp(start, datetime.timezone.utc).isoformat(timespec="seconds"),
                 "host": json.loads((smoke / "logs" / "host.json").read_text()),
-                "commit": (commit.read_text().strip() if commit.is_file() else "") or None}
+                "commit": read_log_line(smoke / "logs" / "commit.txt")}
     result = report(smoke / "validation", smoke / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
     result.update(run_settings(smoke / "rl.resolved.yaml"), control=None, measured=measured,
                   wall_s=round(end - start, 1), run_dir=str(smoke))

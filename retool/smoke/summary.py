@@ -57,7 +57,7 @@ def read_text_tags(logdir: Path) -> list[str]:
     return sorted(tags)
 
 
-def _stage_times(run_dir: Path) -> dict[str, tuple[float, float]]:
+def stage_times(run_dir: Path) -> dict[str, tuple[float, float]]:
     path = run_dir / "logs" / "stages.tsv"
     stages = {}
     if path.is_file():
@@ -115,7 +115,7 @@ def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, 
     return {key: round(value, 1) for key, value in times.items()}
 
 
-def _read_text(path: Path) -> str | None:
+def read_log_line(path: Path) -> str | None:
     """A one-line log file written by run_smoke_cpu.sh, or None when it is missing or empty."""
     return (path.read_text().strip() if path.is_file() else "") or None
 
@@ -190,7 +190,7 @@ def _learning(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(run_dir: Path) -> dict[str, Any]:
     configs = _resolved_configs(run_dir)
-    stages = _stage_times(run_dir)
+    stages = stage_times(run_dir)
     memory = _memory_samples(run_dir)
     baseline = memory[0][1] if memory else 0
     stage_rows = {}
@@ -211,7 +211,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "run_dir": str(run_dir),
         "date": run_date(stages),
-        "commit": _read_text(run_dir / "logs" / "commit.txt"),
+        "commit": read_log_line(run_dir / "logs" / "commit.txt"),
         "stages": stage_rows,
         "total_wall_s": round(sum(r["wall_s"] for r in stage_rows.values()), 1),
         "peak_host_mem_gb": round(max(kb for _, kb in memory) / 2**20, 2) if memory else None,

@@ -1,7 +1,8 @@
 """What each part of the test suite costs on this host, from a JUnit XML report of a `make test` run.
 
     PYTEST_ADDOPTS="--junitxml=/tmp/suite.xml" make test
-    python bench/suite_times.py /tmp/suite.xml --label "native bf16" [--make-wall-s 2400] --output docs/performance.md
+    python bench/suite_times.py /tmp/suite.xml --label "native bf16" [--make-wall-s 2400] [--commit abc1234] \
+        --output docs/performance.md
 
 Writes the section ``test-suite-<label>`` of docs/performance.md: per folder of tests/ the number of tests, their
 outcomes and their summed time, the slowest tests, and the host the report came from (this machine's CPU and the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -38,7 +40,17 @@ def read_cases(path: Path) -> tuple[list[dict], dict]:
     return cases, dict(suite.attrib)
 
 
-def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None) -> str:
+def checkout_commit() -> str | None:
+    """The commit of the checkout this script lives in, as run_smoke_cpu.sh records it (so run the clone's copy)."""
+    try:
+        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None, commit: str | None = None) -> str:
     host = host_report()
     limits = ", ".join(f"{k}={v}" for k, v in host["isa_limits"].items())
     when = (suite.get("timestamp") or datetime.datetime.now().isoformat())[:10]
@@ -50,7 +62,8 @@ def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None
         part["outcomes"][case["outcome"]] += 1
     pytest_s = float(suite.get("time") or sum(c["seconds"] for c in cases))
     lines = [f"### Test suite: {label}", "",
-             f"Measured {when} by `make test` (pytest's JUnit report, `bench/suite_times.py`) on {host['cpu_model']}, "
+             f"Measured {when} by `make test` at commit {commit or '(not recorded)'} (pytest's JUnit report, "
+             f"`bench/suite_times.py`) on {host['cpu_model']}, "
              f"{host['cores']} cores{' with ' + limits if limits else ''}; compute dtype `{host['dtype']}`.", "",
              "| part | tests | outcomes | time (s) | share |", "|---|---|---|---|---|"]
     for name, part in sorted(parts.items(), key=lambda kv: -kv[1]["seconds"]):
@@ -71,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("junit", type=Path, help="pytest --junitxml report")
     parser.add_argument("--label", required=True, help='how this host and setting are named, e.g. "native bf16"')
     parser.add_argument("--make-wall-s", type=float, default=None, help="wall time of the whole make test, if timed")
+    parser.add_argument("--commit", default=None,
+                        help="the commit the suite ran on (default: this script's checkout, `git describe --always --dirty`)")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "performance.md")
     args = parser.parse_args(argv)
     try:
@@ -78,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ET.ParseError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    section = render(cases, suite, args.label, args.make_wall_s)
+    section = render(cases, suite, args.label, args.make_wall_s, args.commit or checkout_commit())
     replace_section(args.output, f"test-suite-{slug(args.label)}", section)
     print(section)
     return 0

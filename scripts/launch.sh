@@ -50,7 +50,9 @@ if [[ -z "${PYTHON:-}" ]]; then
     PYTHON=python3
   fi
 fi
-"$PYTHON" -c 'import retool, verl' 2>/dev/null || {
+# Looked up, not imported: importing verl takes ~10 s and the next step imports it anyway (a broken install shows there).
+"$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("retool") and u.find_spec("verl")))' \
+  2>/dev/null || {
   echo "error: $PYTHON cannot import the recipe and verl: install them into that environment (pip install -r" \
        "requirements.txt && python -m retool.verl_install install; docs/install.md), or set PYTHON" >&2
   exit 1; }

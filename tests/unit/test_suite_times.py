@@ -31,9 +31,10 @@ def test_parts_outcomes_and_totals_from_a_real_pytest_report(tmp_path):
     assert sorted(c["outcome"] for c in cases) == ["failed", "passed", "skipped"]
     out = tmp_path / "performance.md"
     assert suite_times.main([str(report), "--label", "AVX2-only (emulated)", "--make-wall-s", "600",
-                             "--output", str(out)]) == 0
+                             "--commit", "abc1234", "--output", str(out)]) == 0
     text = out.read_text()
     assert "<!-- test-suite-avx2-only-emulated:start -->" in text
+    assert "by `make test` at commit abc1234 (" in text
     assert "| `tests/unit` | 3 | 1 failed, 1 passed, 1 skipped |" in text
     assert "the whole `make test`, setup included, 600 s (10.0 min)" in text
     assert "s `tests.unit.test_sample::test_slow`" in text
@@ -46,3 +47,9 @@ def test_a_file_that_is_not_a_junit_report_is_a_clear_error(tmp_path, capsys):
     assert "holds no <testsuite>" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         suite_times.main([str(bad)])
+
+
+def test_without_commit_the_checkout_of_the_script_is_named():
+    described = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
+                               capture_output=True, text=True).stdout.strip()
+    assert suite_times.checkout_commit() == (described or None)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from retool.markdown_sections import replace_section, slug
 from retool.platform.cpu_dtype import host_report
+from retool.smoke.learning_run import checkout_commit
 
 
 def read_cases(path: Path) -> tuple[list[dict], dict]:
@@ -38,16 +38,6 @@ def read_cases(path: Path) -> tuple[list[dict], dict]:
         cases.append({"part": part, "name": f"{case.get('classname')}::{case.get('name')}",
                       "seconds": float(case.get("time") or 0), "outcome": outcome})
     return cases, dict(suite.attrib)
-
-
-def checkout_commit() -> str | None:
-    """The commit of the checkout this script lives in, as run_smoke_cpu.sh records it (so run the clone's copy)."""
-    try:
-        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
 
 
 def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None, commit: str | None = None) -> str:
@@ -84,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("junit", type=Path, help="pytest --junitxml report")
     parser.add_argument("--label", required=True, help='how this host and setting are named, e.g. "native bf16"')
     parser.add_argument("--make-wall-s", type=float, default=None, help="wall time of the whole make test, if timed")
-    parser.add_argument("--commit", default=None,
-                        help="the commit the suite ran on (default: this script's checkout, `git describe --always --dirty`)")
+    parser.add_argument("--commit", default=None, help="the commit the suite ran on (default: that of the checkout "
+                        "the recipe is installed from, `git describe --always --dirty`)")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "performance.md")
     args = parser.parse_args(argv)
     try:

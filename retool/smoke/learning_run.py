@@ -32,6 +32,7 @@ from retool.constants import REPO_ROOT
 from retool.learning import report
 from retool.platform.cpu_dtype import host_report
 from retool.sandbox.spawn import running_sandbox
+from retool.smoke.summary import read_log_line, stage_times
 
 CONTROLS = ("negated", "wrong_tool")
 TOOL_CLASS = "retool.tool.CodeInterpreterTool"
@@ -85,12 +86,20 @@ def assets_profile(assets: Path) -> str:
                                 "python -m retool.smoke.build") from None
 
 
+def checkout_commit() -> str | None:
+    """The recipe checkout's commit as run_smoke_cpu.sh records it (git describe --always --dirty); None without git."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
 def measured_now() -> dict[str, Any]:
     """When and where a run happens: start time (UTC, ISO), the host's CPU and dtype, the checkout's commit."""
-    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip()
     return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": host_report(), "commit": commit or None}
+            "host": host_report(), "commit": checkout_commit()}
 
 
 def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, val_n: int | None = None,
@@ -133,8 +142,6 @@ def from_smoke_run(smoke: Path, assets: Path, out: Path) -> dict[str, Any]:
     """The learning report of a finished smoke run's own RL stage (the first run of the benchmark: the smoke's
     seeds, no control), written to ``out/learning.json`` like ``run`` writes its own. When, where and at which commit
     come from the smoke's logs (stages.tsv, host.json, commit.txt)."""
-    from retool.smoke.summary import read_log_line, stage_times
-
     stages = stage_times(smoke)
     if "rl" not in stages or not (smoke / "validation").is_dir():
         raise FileNotFoundError(f"{smoke} holds no finished RL stage (logs/stages.tsv, validation/)")

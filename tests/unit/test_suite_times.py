@@ -49,7 +49,7 @@ def test_a_file_that_is_not_a_junit_report_is_a_clear_error(tmp_path, capsys):
         suite_times.main([str(bad)])
 
 
-def test_without_commit_the_checkout_of_the_script_is_named():
+def test_without_commit_the_recipe_checkout_is_named():
     described = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
                                capture_output=True, text=True).stdout.strip()
     assert suite_times.checkout_commit() == (described or None)

@@ -49,8 +49,9 @@ log = logging.getLogger("retool.sandbox")
 
 PROGRAM_NAME = "main.py"
 _MB = 1024 * 1024
-# A program that handles the timeout's SIGINT normally ends in milliseconds; on a loaded host (the suite measured it
-# on 2 busy cores) 0.5 s was sometimes too short to flush, and the unflushed partial output was lost.
+# How long a program gets to flush after the timeout's SIGINT before SIGKILL. It normally ends in milliseconds; the
+# margin is for a loaded host. (Lost partial output once blamed on a 0.5 s grace came from an inherited ignored
+# SIGINT, fixed in inside.py.)
 _INTERRUPT_GRACE_S = 2.0
 _DRAIN_GRACE_S = 1.0
 # A session's processes get this many times one run's CPU-seconds backstop over the session's whole life.

@@ -1,14 +1,20 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
 # make test    every test, the end-to-end smoke included; installs what is missing first
+# make test-shakedown   SHAKEDOWN=1 ./run_smoke_cpu.sh end to end and its checklist (~15 min; not in make test)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
-# make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls (~25 min; docs/performance.md)
+# make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
+# make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, then 3 seeds in each async
+#                       trainer mode (~70 min; docs/performance.md)
+# make bench-async      sync vs colocate_async vs separate_async side by side, and resume in the async modes (~40 min)
+# make bench-filter     the overlong-prompt filter at start-up on 1,791,700 DAPO-shaped rows: verl's at 1 and 2 workers,
+#                       then the configured one (~1.5 h on 2 cores; docs/performance.md)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast bench bench-learning lint clean-runs
+.PHONY: setup smoke test test-fast test-shakedown bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -26,12 +32,25 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not slow"
 
+test-shakedown: setup
+	$(PY) -m pytest -m shakedown tests/e2e/test_shakedown.py
+
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md
 	$(PY) bench/sandbox_bench.py --sessions 1024 --session-cells plain,numpy+sympy:200 --output docs/performance.md
 
+bench-loadtest: setup
+	$(PY) bench/sandbox_loadtest.py --output docs/performance.md
+
 bench-learning: setup
 	$(PY) bench/learning_signal.py --output docs/performance.md
+
+bench-async: setup
+	$(PY) bench/async_modes.py --output docs/performance.md
+	$(PY) bench/async_resume.py --output docs/performance.md
+
+bench-filter: setup
+	$(PY) bench/overlong_filter.py --output docs/performance.md
 
 lint: setup
 	$(PY) -m ruff check --select F,E9 retool tests bench retool_sft_preprocess.py

@@ -4,12 +4,16 @@
 #   [PROFILE=improved] MODEL_PATH=<the SFT model the SFT stage printed> ./run_qwen3_4b_dapo_npu.sh [key=value ...]
 #   RUN_DIR=runs/rl-<time> ./run_qwen3_4b_dapo_npu.sh   # resume a crashed run in its own folder
 #   DRY_RUN=1 ./run_qwen3_4b_dapo_npu.sh       # print the resolved verl config, no devices needed
+#   TRAINER_MODE=separate_async ./run_qwen3_4b_dapo_npu.sh   # or colocate_async; default sync (docs/training.md)
 # The sandbox is RETOOL_SANDBOX_URL (default http://127.0.0.1:8080/run_code, each node its own); the launch stops if
 # it isolates code less than bubblewrap does, unless RETOOL_ACCEPT_WEAK_ISOLATION=1.
 # Multi-node: start a Ray cluster (ray start --head / ray start --address=HEAD:6379), then run this on the head
 # with NNODES=<nodes>.
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Copied out of the checkout, as the CANN 样例 copies its scripts into verl/recipe/retool? Use the installed recipe's.
+[[ -f "$REPO_DIR/scripts/paths.sh" ]] || REPO_DIR="$(retool-verl-recipe checkout 2>/dev/null)" || { echo "error: $0" \
+  "is outside the ReTool checkout and no installed recipe is found: bash scripts/install_npu.sh in the checkout" >&2; exit 1; }
 source "$REPO_DIR/scripts/paths.sh"
 export DEVICE="${DEVICE:-npu}"
 if [[ -z "${MODEL_PATH:-}" ]]; then  # no default: RL starts from this user's SFT model, wherever it was saved
@@ -29,9 +33,20 @@ export RETOOL_SANDBOX_URL="${RETOOL_SANDBOX_URL:-http://127.0.0.1:8080/run_code}
 require_file "$MODEL_PATH" "run the SFT stage and set MODEL_PATH to the model path it printed (docs/training.md)"
 require_file "$DATA_DIR/dapo_math_17k.parquet" "retool-data download, then retool-data prepare --profile $PROFILE --out $DATA_DIR (README)"
 require_file "$DATA_DIR/aime_2025.parquet" "retool-data download, then retool-data prepare --profile $PROFILE --out $DATA_DIR (README)"
+# separate_async: ROLLOUT_DEVICES of each node's devices serve the rollout (default half), the rest train.
+DEVICES="${NPROC_PER_NODE:-16}"
+SPLIT=(trainer.n_gpus_per_node="$DEVICES")
+if [[ "${TRAINER_MODE:-sync}" == separate_async ]]; then
+  ROLLOUT_DEVICES="${ROLLOUT_DEVICES:-$((DEVICES / 2))}"
+  [[ "$ROLLOUT_DEVICES" =~ ^[0-9]+$ ]] && (( ROLLOUT_DEVICES > 0 && ROLLOUT_DEVICES < DEVICES )) || {
+    echo "error: ROLLOUT_DEVICES=$ROLLOUT_DEVICES must leave devices to both the rollout and the trainer (1 to" \
+         "$((DEVICES - 1)) of the $DEVICES per node)" >&2; exit 2; }
+  SPLIT=(trainer.n_gpus_per_node="$((DEVICES - ROLLOUT_DEVICES))"
+         actor_rollout_ref.rollout.n_gpus_per_node="$ROLLOUT_DEVICES")
+fi
 exec "$REPO_DIR/scripts/launch.sh" rl \
   actor_rollout_ref.model.path="$MODEL_PATH" \
   data.train_files="$DATA_DIR/dapo_math_17k.parquet" \
   data.val_files="$DATA_DIR/aime_2025.parquet" \
-  trainer.nnodes="${NNODES:-1}" trainer.n_gpus_per_node="${NPROC_PER_NODE:-16}" \
+  trainer.nnodes="${NNODES:-1}" "${SPLIT[@]}" \
   "$@"

@@ -5,6 +5,9 @@
 #   DRY_RUN=1 ./run_qwen3_4b_sft_npu.sh        # print the resolved verl config, no devices needed
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Copied out of the checkout, as the CANN 样例 copies its scripts into verl/recipe/retool? Use the installed recipe's.
+[[ -f "$REPO_DIR/scripts/paths.sh" ]] || REPO_DIR="$(retool-verl-recipe checkout 2>/dev/null)" || { echo "error: $0" \
+  "is outside the ReTool checkout and no installed recipe is found: bash scripts/install_npu.sh in the checkout" >&2; exit 1; }
 source "$REPO_DIR/scripts/paths.sh"
 export DEVICE="${DEVICE:-npu}" NPROC_PER_NODE="${NPROC_PER_NODE:-16}"
 MODEL_PATH="${MODEL_PATH:-$REPO_DIR/models/Qwen3-4B-Instruct-2507}"   # where retool-data download puts it; or a hub id

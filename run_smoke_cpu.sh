@@ -6,15 +6,24 @@
 # folder holds logs, resolved configs, TensorBoard events of both stages and summary.{json,md}.
 #   ./run_smoke_cpu.sh                 # RUN_DIR=runs/smoke-<time>
 #   DRY_RUN=1 ./run_smoke_cpu.sh       # print both resolved verl configs and exit
-# Extra arguments are Hydra overrides for the RL stage; SFT_ARGS="k=v ..." for the SFT stage.
+#   VERBOSE=1 ./run_smoke_cpu.sh       # verl's whole output on the console (it is in logs/<stage>.log either way)
+#   SHAKEDOWN=1 ./run_smoke_cpu.sh     # the shakedown of the smoke's config (SFT 5 steps, merge and load, RL step 1,
+#                                      # a relaunch resuming from it for step 2), then its checklist (retool-shakedown)
+# Extra arguments are Hydra overrides for the RL stage; SFT_ARGS="k=v ..." for the SFT stage; SANDBOX_ARGS="--slots 4
+# ..." for the smoke's `retool-sandbox serve`.
 set -euo pipefail
+# The whole script is one function, read before it runs: editing this file (a `git pull`) while a run is
+# going cannot change what the running launch does next.
+main() {
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export DEVICE=cpu
+export RETOOL_RUN_KIND=smoke  # logs/launches.jsonl: retool-shakedown asks a smoke for everything but a resume
 # The improved profile by default: one prompt shape for SFT and RL, which a tiny model needs (retool/smoke/build.py).
 export PROFILE="${PROFILE:-improved}"
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 [[ -x "$PYTHON" ]] || { echo "error: $PYTHON not found; run 'make setup' (or 'make smoke')" >&2; exit 1; }
 read -r -a SFT_EXTRA <<< "${SFT_ARGS:-}"
+read -r -a SANDBOX_EXTRA <<< "${SANDBOX_ARGS:-}"
 
 ASSETS="${SMOKE_ASSETS:-$REPO_DIR/.cache/smoke-assets}"
 export RETOOL_DATA_DIR="$ASSETS/data" RETOOL_SMOKE_MODEL="$ASSETS/model"
@@ -53,12 +62,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 64 --profile "$PROFILE"
-
 SANDBOX_PORT="${SANDBOX_PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 SANDBOX_BASE="http://127.0.0.1:$SANDBOX_PORT"
 export RETOOL_SANDBOX_URL="$SANDBOX_BASE/run_code"
-"$PYTHON" -m retool.sandbox serve --host 127.0.0.1 --port "$SANDBOX_PORT" > "$RUN_DIR/logs/sandbox.log" 2>&1 &
+"$PYTHON" -m retool.sandbox serve --host 127.0.0.1 --port "$SANDBOX_PORT" "${SANDBOX_EXTRA[@]}" \
+  > "$RUN_DIR/logs/sandbox.log" 2>&1 &
 SANDBOX_PID=$!
 "$PYTHON" - "$SANDBOX_BASE" <<'EOF'
 import sys, time, urllib.request
@@ -73,17 +81,30 @@ while True:
         time.sleep(0.3)
 EOF
 echo "==> sandbox ready at $SANDBOX_BASE ($(grep -m1 -io 'isolation[^,]*' "$RUN_DIR/logs/sandbox.log" || true))"
+# The RL stage refuses a sandbox weaker than bubblewrap: say so now, with the fix, not after assets, SFT and merge.
+"$PYTHON" -m retool.sandbox.gate "$RETOOL_SANDBOX_URL" || {
+  echo "error: the smoke stops before its first stage: its RL stage would refuse this sandbox ($RUN_DIR/logs/sandbox.log" \
+       "says why each stronger tier failed); fix it as above and run the smoke again" >&2
+  exit 1; }
+
+stage assets "$PYTHON" -m retool.smoke.build --out "$ASSETS" --aime-rows "${SMOKE_AIME_ROWS:-8}" --rl-val-rows 64 --profile "$PROFILE"
 
 stage sft "$REPO_DIR/scripts/launch.sh" sft +smoke=sft "${SFT_EXTRA[@]}"
 
-SFT_CKPT="$RUN_DIR/checkpoints/sft"
-SFT_STEP="$(cat "$SFT_CKPT/latest_checkpointed_iteration.txt")"
 export RETOOL_SFT_MODEL="$RUN_DIR/sft_merged"
-stage merge "$PYTHON" -m verl.model_merger merge --backend fsdp \
-  --local_dir "$SFT_CKPT/global_step_$SFT_STEP" --target_dir "$RETOOL_SFT_MODEL"
+# verl's merger (its output in logs/merge.log), then the merge loaded as RL will load it (logs/merge.json); a
+# shakedown's SFT launch has done both already.
+[[ "${SHAKEDOWN:-0}" == 1 ]] || stage merge "$PYTHON" -m retool.shakedown.merge --run-dir "$RUN_DIR"
 
 stage rl "$REPO_DIR/scripts/launch.sh" rl +smoke=rl "$@"
 
 curl -fsS "$SANDBOX_BASE/health" > "$RUN_DIR/sandbox_health.json" || echo "warning: sandbox /health did not answer" >&2
-"$PYTHON" -m retool.smoke.summary --run-dir "$RUN_DIR"
+if [[ "${SHAKEDOWN:-0}" == 1 ]]; then  # no learning to summarise in 2 steps: the checklist is the verdict
+  "$PYTHON" -m retool.shakedown "$RUN_DIR"  # exits 1 when a line fails
+  exit 0
+fi
+"$PYTHON" -m retool.smoke.summary --run-dir "$RUN_DIR" --brief  # the verdicts; all of it in summary.md
 "$PYTHON" -m retool.report --logdir "$RUN_DIR/tensorboard" --output "$RUN_DIR/report"
+}
+main "$@"
+exit "$?"

@@ -32,7 +32,8 @@ def render(facts: dict) -> str:
         f"smoke's RL stage with the SFT'd tiny model, {facts['steps']} GRPO steps of {facts['trajectories_per_step']} "
         f"trajectories, a checkpoint every {facts['save_every']} steps, the tool in `session_mode: per_trajectory` "
         f"with a 2 s reconnect budget. The run was killed with SIGKILL after step {facts['killed_after_step']} and "
-        f"resumed in its folder from the step-{facts['resumed_from_checkpoint']} checkpoint; the sandbox was down for "
+        f"resumed in its folder from the step-{facts['resumed_from_checkpoint']} checkpoint, launched with another "
+        f"sandbox and TensorBoard folder{first_sandbox(facts)}; that sandbox was down for "
         f"{facts['outage_s']:g} s while the resumed run rolled out step 4, then came back on the same port. The run "
         f"finished, TensorBoard holds every step once, and every step drew the uninterrupted run's prompts "
         f"({facts['wall_s']:.0f} s in all).", "",
@@ -48,6 +49,14 @@ def render(facts: dict) -> str:
                   f"and closed {after['closed']}, {after.get('died', 0)} died, and evicted "
                   f"{sum(v for k, v in after.items() if k.startswith('evicted'))}.", ""]
     return "\n".join(lines)
+
+
+def first_sandbox(facts: dict) -> str:
+    counts = facts.get("first_sandbox_requests")
+    if not counts:
+        return ""
+    return (f" (the crashed run's sandbox stayed up: {counts['at_kill']} requests before the kill, "
+            f"{counts['at_end'] - counts['at_kill']} from the resumed run)")
 
 
 def main(argv: list[str] | None = None) -> int:

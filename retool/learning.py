@@ -11,6 +11,17 @@ the per-prompt differences, its quantile from scipy.stats with the exact degrees
 "rose" / "fell" means the whole interval lies above / below zero, anything else is "no clear change". Training
 curves (tool use, score and, where the reward recorded it, accuracy per step) come from the rollout dumps.
 
+Which way did the gradient push tool use? ``tool_credit`` recomputes verl's GRPO advantage of every training sample
+from the dumped scores ((score - group mean) / (group std + 1e-6), a group being the n samples of one prompt, keyed
+``<uid>_<session>_<output>``). An all-equal group has advantage 0 for every sample, so only groups with reward variance
+("informative") carry a gradient; within one, advantages sum to 0, and the group favours the tool exactly when its
+tool-using samples scored above the others. Per step: informative groups and which kind of sample won them, the
+``push`` (sum of advantage x used_tool over the step's samples, divided by their number: > 0 favours the tool, 0
+with no informative group), right answers with and without the tool, and whether a right tool-using answer is the
+tool's last reply verbatim (copied) or differs from it (the model changed what the tool printed), and how many
+tool-using answers were exactly one below an integer ground truth (``one_below``: what a tool replying one too many
+would have turned into right answers, whether the slip was in the code or in copying the reply).
+
 verl's dumps do not say which validation file a sample came from, so a run validated on several sets is narrowed
 to one by that set's prompts (``--val-file``: the RL parquet; a sample belongs to it when its rendered prompt
 contains one of the file's user messages).
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -32,6 +44,8 @@ from typing import Any
 
 METRICS = ("used_tool", "score", "acc")
 TOOL_RESPONSE = "<tool_response>"  # in a decoded trajectory once per executed tool round
+TOOL_REPLY = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+GRPO_EPSILON = 1e-6  # verl's core_algos.compute_grpo_outcome_advantage
 CONFIDENCE = 0.95
 
 
@@ -179,6 +193,83 @@ def training_curve(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return curve
 
 
+def group_key(record: dict[str, Any]) -> str:
+    """The GRPO group of a dumped training sample: the prompt uid of verl's ``<uid>_<session>_<output>`` key."""
+    key = record.get("uid")
+    if not isinstance(key, str) or key.count("_") < 2:
+        raise LearningDataError(f"a training record has no '<uid>_<session>_<output>' uid (got {key!r}): not a dump "
+                                "of verl 0.9.1's v1 trainer")
+    return key.rsplit("_", 2)[0]
+
+
+def grpo_advantages(scores: list[float]) -> list[float]:
+    """verl's GRPO outcome advantage of one group's scores (sample std; a group of one keeps its score)."""
+    if len(scores) == 1:
+        return list(scores)
+    mean, std = statistics.fmean(scores), statistics.stdev(scores)
+    return [(s - mean) / (std + GRPO_EPSILON) for s in scores]
+
+
+def _copied_reply(record: dict[str, Any]) -> bool:
+    """Whether the answer is the trajectory's last tool reply verbatim."""
+    replies = TOOL_REPLY.findall(record.get("output", ""))
+    return bool(replies) and str(record.get("pred", "")).strip() == replies[-1].strip()
+
+
+def _one_below(record: dict[str, Any]) -> bool:
+    """Whether the answer is the integer ground truth minus one."""
+    try:
+        return int(str(record.get("pred", "")).strip()) == int(str(record.get("gts", "")).strip()) - 1
+    except ValueError:
+        return False
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def step_credit(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The credit-assignment numbers of one training step's samples (see the module docstring)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        groups[group_key(record)].append(record)
+    won = {"tool": 0, "no_tool": 0, "both": 0}
+    push, informative = 0.0, 0
+    for group in groups.values():
+        scores = [float(r["score"]) for r in group]
+        if len(set(scores)) < 2:
+            continue
+        informative += 1
+        kinds = {metric_value(r, "used_tool") for r, s in zip(group, scores) if s == max(scores)}
+        won["both" if len(kinds) > 1 else "tool" if kinds == {1.0} else "no_tool"] += 1
+        push += sum(a * metric_value(r, "used_tool") for a, r in zip(grpo_advantages(scores), group))
+    tool = [r for r in records if metric_value(r, "used_tool")]
+    plain = [r for r in records if not metric_value(r, "used_tool")]
+    right_tool = [r for r in tool if metric_value(r, "acc")]
+    return {"samples": len(records), "tool_samples": len(tool),
+            "tool_share": _mean([metric_value(r, "used_tool") for r in records]),
+            "acc_tool": _mean([metric_value(r, "acc") for r in tool]),
+            "acc_no_tool": _mean([metric_value(r, "acc") for r in plain]),
+            "no_answer": _mean([1.0 - float(r.get("has_answer", 1.0)) for r in records]),
+            "masked": _mean([float(r.get("trajectory_masked", 0.0)) for r in records]),
+            "groups": len(groups), "informative_groups": informative, "won": won, "push": round(push / len(records), 4),
+            "right_tool": len(right_tool), "right_tool_copied": sum(map(_copied_reply, right_tool)),
+            "right_no_tool": sum(int(metric_value(r, "acc")) for r in plain), "one_below": sum(map(_one_below, tool))}
+
+
+def tool_credit(folder: Path) -> dict[str, Any]:
+    """``{"steps": {step: step_credit}, "total": ...}`` of a run's training dumps (``trainer.rollout_data_dir``);
+    the total sums the counts and the push over the steps."""
+    steps = {step: step_credit(records) for step, records in dumps_by_step(folder).items()}
+    total: dict[str, Any] = {key: sum(s[key] for s in steps.values()) for key in
+                             ("samples", "tool_samples", "groups", "informative_groups", "right_tool",
+                              "right_tool_copied", "right_no_tool", "one_below")}
+    total["won"] = {kind: sum(s["won"][kind] for s in steps.values()) for kind in ("tool", "no_tool", "both")}
+    total["push"] = round(sum(s["push"] for s in steps.values()), 4)
+    total["steps_without_gradient"] = sum(s["informative_groups"] == 0 for s in steps.values())
+    return {"steps": steps, "total": total}
+
+
 def report(validation: Path, rollouts: Path | None = None, val_file: Path | None = None) -> dict[str, Any]:
     """The JSON-able learning report of one run."""
     changes = validation_changes(validation, user_messages(val_file) if val_file else None)
@@ -187,6 +278,10 @@ def report(validation: Path, rollouts: Path | None = None, val_file: Path | None
                            "sentences": [c.sentence() for c in changes.values()]}
     if rollouts is not None:
         out["training_curve"] = training_curve(rollouts)
+        try:
+            out["tool_credit"] = tool_credit(rollouts)
+        except LearningDataError as exc:  # the before/after verdict stands without it
+            out["tool_credit"] = {"error": str(exc)}
     return out
 
 

@@ -27,6 +27,13 @@ def commands(stage: str, run_dir: Path) -> list[str]:
     rl_launcher = "./run_qwen3_4b_dapo_cuda.sh" if os.environ.get("DEVICE") == "cuda" else "./run_qwen3_4b_dapo_npu.sh"
     if step is None:
         return [f"# {stage} saved no checkpoint in {run_dir}"]
+    if os.environ.get("SHAKEDOWN") == "1":  # retool/shakedown/: both stages in one folder, then the checklist
+        if stage == "sft":
+            merged = run_dir / "sft_merged"
+            return [f"# Shakedown SFT done: merged to {merged} and loaded. Its RL stage, in the same folder:",
+                    f"SHAKEDOWN=1 RUN_DIR={run_dir} PROFILE={profile} MODEL_PATH={merged} {rl_launcher}"]
+        return ["# Shakedown done: two RL steps, then a resume from step 1. Its checklist:",
+                f"retool-shakedown {run_dir}"]
     if stage == "sft":
         return [f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
                 f"python -m verl.model_merger merge --backend fsdp --local_dir {step} --target_dir {run_dir / 'merged'}",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from retool.constants import REPO_ROOT
 from retool.data.prompt import ANSWER_INSTRUCTION, PROMPT_STYLES, VERL_RETOOL_ANSWER_FORMAT
+from retool.tool_yaml import load_tool_schema
 
 ROWS_CHECKED = 16  # rows read from each file: conversion is all-or-nothing per file, so a few tell the profile
 
@@ -92,10 +93,8 @@ def _rows(path: Path, columns: list[str]) -> list[dict]:
 
 def check_data(profile: Profile, sft: Path | None = None, rl: tuple[Path, ...] = ()) -> list[str]:
     """Problems that show ``sft`` / ``rl`` were converted for another profile ([] when they match)."""
-    from retool.data.sft import load_tool_schema
-
     problems = []
-    fix = f"convert it again with --profile {profile.name}"
+    fix = f"convert it again: retool-data prepare --profile {profile.name}"
     if sft is not None:
         schema = load_tool_schema(profile.tool_config_path)
         for number, row in enumerate(_rows(sft, ["messages", "tools"])):

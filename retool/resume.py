@@ -5,11 +5,15 @@
 
 1. compares the config the launcher resolves now with the saved one and refuses a resume that would train
    something else: any key that differs stops it, except those that only say where things run (RESUME_FREE);
+   the Ray workers' environment (``ray_kwargs.ray_init.runtime_env.env_vars``: the sandbox URL, the TensorBoard
+   folder, the device variables) is the new launch's, written into the saved config that verl runs, so a resumed
+   run calls the sandbox it was launched with, not the crashed run's;
 2. finds the last checkpoint verl wrote (``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``);
    verl's ``resume_mode: auto`` continues from it with its optimizer, RNG and dataloader state, so the data order
    is the uninterrupted run's;
 3. removes from the stage's TensorBoard events every point logged after that checkpoint (steps the crashed run logged
-   and the resumed run will log again), keeping the files' other records byte for byte;
+   and the resumed run will log again), keeping the files' other records byte for byte: in every folder a launch
+   of the run wrote to (the run folder's default one, the crashed launch's ``TENSORBOARD_DIR``, earlier ones);
 4. prints the Hydra overrides the resumed run needs: validation before training only when the uninterrupted run
    validated at the checkpoint's step and that validation is not in TensorBoard yet.
 
@@ -28,13 +32,17 @@ from typing import Any
 
 import yaml
 
-# Keys that may differ between the crashed run and its resume: where the sandbox listens, and what resuming sets.
+# The Ray workers' environment: where the sandbox listens, where TensorBoard goes, the device variables.
+WORKER_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
+# Keys that may differ between the crashed run and its resume: the workers' environment, and what resuming sets.
 RESUME_FREE = (
-    "ray_kwargs.ray_init.runtime_env.env_vars.RETOOL_SANDBOX_URL",
+    WORKER_ENV + ".",
     "trainer.resume_mode",
     "trainer.val_before_train",
 )
 LATEST = "latest_checkpointed_iteration.txt"
+# The TensorBoard folders earlier launches of the run wrote to, when a resume moved it (one per line).
+EARLIER_EVENT_DIRS = "logs/tensorboard_dirs.txt"
 VALIDATION_TAG_PREFIXES = ("val-core/", "val-aux/", "val/")
 
 
@@ -57,6 +65,44 @@ def config_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
             for key in sorted(old.keys() | now.keys())
             if old.get(key) != now.get(key) and not key.startswith(RESUME_FREE)]
+
+
+def worker_env(config: dict[str, Any]) -> dict[str, Any]:
+    node: Any = config
+    for key in WORKER_ENV.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return dict(node or {})
+
+
+def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:
+    """Write the new launch's worker environment into the saved config verl will run; returns what changed."""
+    from omegaconf import OmegaConf  # Hydra's own YAML reader and writer: every other value stays as verl wrote it
+
+    saved = OmegaConf.load(saved_path)
+    old, now = worker_env(OmegaConf.to_container(saved)), worker_env(new)
+    changed = [f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
+               for key in sorted(old.keys() | now.keys()) if old.get(key) != now.get(key)]
+    if old.get("TENSORBOARD_DIR") and old.get("TENSORBOARD_DIR") != now.get("TENSORBOARD_DIR"):
+        history = saved_path.parent / EARLIER_EVENT_DIRS
+        history.parent.mkdir(parents=True, exist_ok=True)
+        with history.open("a") as handle:
+            handle.write(f"{old['TENSORBOARD_DIR']}\n")
+    if changed:
+        OmegaConf.update(saved, WORKER_ENV, now, merge=False, force_add=True)
+        partial = saved_path.with_name(f".{saved_path.name}.env")
+        OmegaConf.save(saved, partial)
+        partial.replace(saved_path)  # whole or not at all
+    return changed
+
+
+def event_dirs(stage: str, run_dir: Path, saved: dict[str, Any]) -> list[Path]:
+    """Every TensorBoard folder the run's launches wrote to: the default one, the last launch's, earlier ones."""
+    found = {run_dir / "tensorboard" / stage}
+    if worker_env(saved).get("TENSORBOARD_DIR"):
+        found.add(Path(worker_env(saved)["TENSORBOARD_DIR"]))
+    if (run_dir / EARLIER_EVENT_DIRS).is_file():
+        found.update(Path(line) for line in (run_dir / EARLIER_EVENT_DIRS).read_text().splitlines() if line.strip())
+    return sorted(folder for folder in found if folder.is_dir())
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> int | None:
@@ -126,9 +172,13 @@ def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> 
     trainer = saved.get("trainer") or {}
     checkpoint_dir = Path(trainer["default_local_dir"])
     step = latest_checkpoint(checkpoint_dir)
-    event_dir = run_dir / "tensorboard" / stage
-    # before the first checkpoint nothing of the crashed run survives, its step-0 validation included
-    removed, at_step = purge_after(event_dir, -1 if step is None else step) if event_dir.is_dir() else (0, set())
+    removed, at_step = 0, set()
+    for event_dir in event_dirs(stage, run_dir, saved):
+        # before the first checkpoint nothing of the crashed run survives, its step-0 validation included
+        gone, tags = purge_after(event_dir, -1 if step is None else step)
+        removed, at_step = removed + gone, at_step | tags
+    for change in take_launch_environment(saved_path, new):
+        print(f"[resume] the workers take this launch's {change}", file=sys.stderr)
     if step is None:
         print(f"[resume] no checkpoint in {checkpoint_dir} yet: {stage} starts again from step 0 "
               f"({removed} TensorBoard points of the crashed run removed)", file=sys.stderr)

@@ -29,6 +29,7 @@ from retool.answers import (
     final_assistant_text,
     strict_box_match,
 )
+from retool.failures.causes import BadGroundTruth, BadRewardSetting, ConfigurationError, MissingGroundTruth
 from retool.tool_outcomes import outcome_fields
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 _warned: set[str] = set()
 
 
-class MissingNumTurns(ValueError):
+class MissingNumTurns(ConfigurationError, ValueError):
     """The reward manager did not forward ``num_turns``: tool shaping and the turn metrics would be wrong."""
 
 
@@ -64,19 +65,21 @@ def ground_truth_text(ground_truth: Any, data_source: str = "") -> str:
 
     str as is (the reference compares it unchanged); integers (also numpy) as digits; floats (also numpy) with an
     integral value as the integer ("25.0" -> "25"), other finite floats with ``str``. bool and anything else raise
-    TypeError; NaN and infinities raise ValueError.
+    BadGroundTruth (a TypeError); NaN and infinities raise MissingGroundTruth (a ValueError). Both are configuration
+    errors (retool.failures.causes): the data is wrong, and the run stops at the first such row.
     """
     if isinstance(ground_truth, str):
         return str(ground_truth)
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, numbers.Real):
-        raise TypeError(
-            f"ground_truth must be a str or a number, got {type(ground_truth).__name__} for {data_source!r}"
+        raise BadGroundTruth(
+            f"ground_truth must be a str or a number, got {type(ground_truth).__name__} for {data_source!r}: fix "
+            "reward_model.ground_truth in the parquet file"
         )
     if isinstance(ground_truth, numbers.Integral):
         return str(int(ground_truth))
     value = float(ground_truth)
     if not math.isfinite(value):
-        raise ValueError(f"ground_truth must be finite, got {ground_truth!r} for {data_source!r}")
+        raise MissingGroundTruth(f"ground_truth must be finite, got {ground_truth!r} for {data_source!r}")
     return str(int(value)) if value.is_integer() else str(ground_truth)
 
 
@@ -97,7 +100,7 @@ def tool_rounds_from_num_turns(num_turns: Any) -> int | None:
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ValueError(
+        raise BadRewardSetting(
             f"{name} must be one of {allowed}, got {value!r}; set reward.custom_reward_function.reward_kwargs.{name}"
         )
     return value
@@ -143,7 +146,7 @@ def compute_score(
     extra_info = extra_info or {}
     truth_canonical = canonical_answer(truth)
     if not truth.strip() or not truth_canonical:
-        raise ValueError(
+        raise MissingGroundTruth(
             f"empty ground_truth (data_source={data_source!r}, index={extra_info.get('index')!r}): "
             "fix reward_model.ground_truth in the parquet file"
         )

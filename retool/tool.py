@@ -6,13 +6,15 @@ code preparation and reply text of its behaviour (``retool.tool_text``), the HTT
 retries and sessions (``retool.sandbox.client``), and the per-trajectory outcome counts (``retool.tool_outcomes``).
 
 It never raises into the agent loop: bad arguments, sandbox outages and malformed replies all become a tool
-message the model can read. Config errors raise at construction (start-up).
+message the model can read, and a bug of its own is counted as ``tool_exception`` with its traceback (the recipe's
+failure accounting reports it). Config errors raise at construction (start-up).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import traceback
 import uuid
 from typing import Any
 
@@ -37,7 +39,7 @@ class CodeInterpreterTool(BaseTool):
     """verl BaseTool running Python in a /run_code sandbox.
 
     ``execute`` returns (ToolResponse(text=...), 0.0, metrics); metrics hold status ("ok", "error_exit", "timeout",
-    "sandbox_error", "unavailable", "bad_input"), timed_out, sandbox_error, session_lost, retries, truncated_chars
+    "sandbox_error", "unavailable", "bad_input", "tool_exception" when this class itself failed), timed_out, sandbox_error, session_lost, retries, truncated_chars
     and latency_s. verl 0.9.1's ToolAgentLoop discards them, so each call is also counted into its trajectory's
     ``agent_data.extra_fields`` (retool.tool_outcomes), which reaches the reward, TensorBoard and the agent loop.
 
@@ -90,6 +92,7 @@ class CodeInterpreterTool(BaseTool):
         behaviour = self.settings.behaviour
         code = parameters.get("code") if isinstance(parameters, dict) else None
         agent_data = kwargs.get("agent_data")
+        problem = None
         if not tool_text.usable_code(code, behaviour):
             text, metrics = tool_text.bad_argument_text(code), _metrics("bad_input")
         else:
@@ -97,13 +100,18 @@ class CodeInterpreterTool(BaseTool):
                 reply = await self.client.run(tool_text.prepare_code(code, behaviour),
                                               session_id=self._session_id(instance_id, agent_data))
                 text, metrics = self.reply_text(reply)
-            except Exception as exc:  # last resort: a bug here must not kill the rollout
+                problem = reply.problem if reply.status in ("unavailable", "sandbox_error") else None
+            except Exception as exc:  # last resort: a bug here must not kill the rollout; it is counted instead
                 logger.exception("code_interpreter failed unexpectedly")
-                reply = Reply("unavailable", problem=f"internal tool error {type(exc).__name__}: {exc}")
-                text, metrics = self.reply_text(reply)
+                problem = "".join(traceback.format_exception(exc))
+                # worded as a reply that never came (which it is), without the sandbox-unavailable warning
+                missing = Reply("unavailable", problem=f"internal tool error {type(exc).__name__}: {exc}")
+                text, _ = tool_text.reply_text(missing, behaviour, self.settings.default_timeout,
+                                               self.settings.max_output_chars)
+                metrics = _metrics("tool_exception")
         metrics["latency_s"] = time.monotonic() - started
         if agent_data is not None:
-            tool_outcomes.record(agent_data.extra_fields, metrics)
+            tool_outcomes.record(agent_data.extra_fields, metrics, problem=problem)
         return ToolResponse(text=text), 0.0, metrics
 
     async def run_code(self, code: str, session_id: str | None = None) -> tuple[str, dict[str, Any]]:

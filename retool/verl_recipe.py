@@ -1,16 +1,20 @@
-"""Make the reference's habit work: run the launchers from ``<verl>/recipe/retool`` (``retool-verl-recipe install``).
+"""Make the reference's habit work: run the launchers from ``<verl>/recipe/retool``, as the CANN 样例 does.
 
 Users of the reference recipe copy its scripts into ``verl/recipe/retool`` and run ``bash run_qwen3_4b_dapo_npu.sh``
-there. This recipe's launchers cannot be copied (they source ``scripts/`` and read ``configs/`` beside them), so
+there. This recipe's launchers source ``scripts/`` and read ``configs/`` of their checkout, so two ways serve:
 
     retool-verl-recipe install /path/to/verl
 
 writes a thin launcher per ``run_qwen3_4b_*.sh`` into ``/path/to/verl/recipe/retool/``: it ``exec``s this checkout's
 launcher (its absolute path written in), with every argument and the whole environment passed on, so
-``DRY_RUN=1``, ``PROFILE``, ``MODEL_PATH`` and Hydra overrides work as in the checkout. A README there says where
-the real files are. Data, runs and checkpoints stay in the checkout (``data/$PROFILE``, ``runs/``) unless
-``DATA_DIR`` / ``RUN_DIR`` say otherwise. Files of the same name that this command did not write are left alone
-(``--force`` replaces them).
+``DRY_RUN=1``, ``PROFILE``, ``MODEL_PATH`` and Hydra overrides work as in the checkout, and the checkout's launcher
+is always the one that runs. A README there says where the real files are. Files of the same name that this command
+did not write are left alone (``--force`` replaces them).
+
+A launcher copied by hand finds no ``scripts/`` beside it and asks ``retool-verl-recipe checkout`` for the installed
+recipe's checkout (the package is installed editable, so that is the clone), then runs with its configs and
+scripts; without an installed recipe it stops at that line and says what to do. Either way data, runs and
+checkpoints stay in the checkout (``data/$PROFILE``, ``runs/``) unless ``DATA_DIR`` / ``RUN_DIR`` say otherwise.
 """
 
 from __future__ import annotations
@@ -55,6 +59,15 @@ def readme(checkout: Path, names: list[str]) -> str:
             "If the checkout moves, run `retool-verl-recipe install` again.\n")
 
 
+def checkout(root: Path = REPO_ROOT) -> Path:
+    """The installed recipe's checkout, which a launcher copied out of it runs from."""
+    if not (root / "scripts" / "launch.sh").is_file():
+        raise RecipeInstallError(
+            f"the installed recipe at {root} is not a checkout (no scripts/launch.sh): install it from a clone "
+            "(bash scripts/install_npu.sh, or pip install -e . there)")
+    return root
+
+
 def install(verl: Path, checkout: Path = REPO_ROOT, force: bool = False) -> list[Path]:
     """Write the thin launchers and the README into ``<verl>/recipe/retool``; return the written paths."""
     verl = verl.expanduser().resolve()
@@ -86,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     inst = sub.add_parser("install", help="write launchers into <verl>/recipe/retool that run this checkout's")
     inst.add_argument("verl", type=Path, help="the verl checkout (the folder holding verl/ and recipe/)")
     inst.add_argument("--force", action="store_true", help="replace files of the same name not written by this")
+    sub.add_parser("checkout", help="print the recipe checkout a launcher copied out of it runs from")
     args = parser.parse_args(argv)
     try:
+        if args.command == "checkout":
+            print(checkout())
+            return 0
         written = install(args.verl, force=args.force)
     except RecipeInstallError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,6 +7,8 @@
 #   DEVICE          npu | cuda | cpu (default npu); sources configs/device/$DEVICE.env and selects the Hydra overlay
 #   PROFILE         reference | improved (default reference; retool.profiles): the overlay configs/profile/<stage>/,
 #                   and the profile the data must have been converted with (checked before the run)
+#   TRAINER_MODE    rl only: sync | colocate_async | separate_async (default sync, the reference run's): verl's v1
+#                   trainer mode, the overlay configs/trainer_mode/rl/ (docs/training.md, "Trainer modes")
 #   PYTHON          the interpreter to run verl with. Default: the project's .venv (the CPU stack, `make setup`) for
 #                   DEVICE=cpu and for DRY_RUN; for a real npu/cuda run the environment's python3, which must hold
 #                   the device stack (torch_npu / CUDA torch): the launch stops with a message when it does not
@@ -14,21 +16,40 @@
 #   RUN_DIR         run folder for logs, resolved config and checkpoints (default runs/<stage>-<timestamp>;
 #                   multi-node SFT needs the same shared folder on every node, so there it must be set). A RUN_DIR
 #                   that already holds <stage>.resolved.yaml is resumed (retool/resume.py): same config, from the
-#                   last checkpoint, the log appended, TensorBoard without repeated steps
-#   RETOOL_SANDBOX_URL  the /run_code URL the RL tool posts to (configs/tool.yaml). RL refuses a sandbox isolated
-#                   less than bwrap unless RETOOL_ACCEPT_WEAK_ISOLATION=1 (retool/sandbox/gate.py)
+#                   last checkpoint, the log appended, TensorBoard without repeated steps, the workers' environment
+#                   (sandbox URL, TensorBoard folder, device variables) this launch's
+#   RETOOL_SANDBOX_URL  the /run_code URL the RL tool posts to (configs/tool.yaml; 127.0.0.1 is each node's own). RL
+#                   checks every node first (retool/node_check.py) and refuses a sandbox isolated less than bwrap
+#                   unless RETOOL_ACCEPT_WEAK_ISOLATION=1 (retool/sandbox/gate.py)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE   multi-node SFT (torchrun); RL uses the Ray cluster
 #   DRY_RUN=1       print the fully resolved verl config (extra overrides included) and exit without devices
+#   VERBOSE=1       print verl's whole output on the console, not the compact view (the log has it either way)
+#   SHAKEDOWN=1     the run's own config for a handful of steps (configs/shakedown/<stage>.yaml, applied last): SFT
+#                   5 steps, then its checkpoint merged to RUN_DIR/sft_merged and loaded; RL one validation on 8
+#                   problems x 2 and step 1, then a relaunch that resumes from its checkpoint and runs step 2.
+#                   retool-shakedown RUN_DIR prints the checklist (retool/shakedown/, docs/training.md "The shakedown")
 #
 # The config is resolved once, here, into $RUN_DIR/<stage>.resolved.yaml, and verl runs exactly that file: every
 # ${oc.env:...} in configs/ takes this shell's value, not that of whichever process (a Ray worker started by
 # `ray start` has the raylet's environment) happens to read it. What verl itself reads from the environment inside
-# Ray workers (TensorBoard's folder, the tool's sandbox URL) travels in the Ray job's runtime env.
+# Ray workers (TensorBoard's folder, the tool's sandbox URL, configs/device/$DEVICE.env) travels in the Ray job's
+# runtime env.
 set -euo pipefail
+# The whole script is one function, read before it runs: editing this file (a `git pull`) while a run is
+# going cannot change what the running launch does next.
+main() {
 
+LAUNCH_START="$(date +%s.%N)"
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAGE="${1:?usage: scripts/launch.sh sft|rl [hydra overrides...]}"
 shift
+LAUNCH_ARGS=("$@")  # a shakedown's RL launch starts again with them
+SHAKEDOWN_ARGS=()
+case "${SHAKEDOWN:-0}" in
+  1) SHAKEDOWN_ARGS=("+shakedown=$STAGE"); RUN_KIND=shakedown ;;  # last: it caps the steps of every other overlay
+  0) RUN_KIND="${RETOOL_RUN_KIND:-run}" ;;
+  *) echo "error: SHAKEDOWN=$SHAKEDOWN: expected 1 (a shakedown of this launch's config) or unset" >&2; exit 2 ;;
+esac
 case "$STAGE" in
   sft) MODULE=verl.trainer.sft_trainer ;;
   rl) MODULE=verl.trainer.main_ppo ;;
@@ -69,7 +90,9 @@ PROFILE="${PROFILE:-reference}"
        exit 2; }
 export RETOOL_REPO_DIR="$REPO_DIR"
 if [[ -z "${RUN_DIR:-}" ]]; then
-  RUN_DIR="$REPO_DIR/runs/$STAGE-$(date +%Y%m%d-%H%M%S)"
+  FOLDER="$STAGE"
+  [[ "$RUN_KIND" != shakedown ]] || FOLDER=shakedown  # a shakedown's RL stage goes into its SFT stage's folder
+  RUN_DIR="$REPO_DIR/runs/$FOLDER-$(date +%Y%m%d-%H%M%S)"
 fi
 RUN_DIR="$(realpath -m "$RUN_DIR")"  # absolute: Hydra reads the resolved config from here, and Ray workers write here
 export RUN_DIR RETOOL_RUN_DIR="$RUN_DIR"
@@ -79,22 +102,38 @@ export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/$STAGE}"
 HYDRA_ARGS=(--config-path "$REPO_DIR/configs" --config-name "$CONFIG_NAME" "device/$STAGE=$DEVICE"
             "profile/$STAGE=$PROFILE")
 if [[ "$STAGE" == rl ]]; then
+  TRAINER_MODE="${TRAINER_MODE:-sync}"
+  [[ -f "$REPO_DIR/configs/trainer_mode/rl/$TRAINER_MODE.yaml" ]] || { echo "error: TRAINER_MODE=$TRAINER_MODE has no" \
+    "configs/trainer_mode/rl/$TRAINER_MODE.yaml (expected sync, colocate_async or separate_async)" >&2; exit 2; }
+  HYDRA_ARGS+=("trainer_mode/rl=$TRAINER_MODE")
   RUNTIME_ENV="+ray_kwargs.ray_init.runtime_env.env_vars"
   HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'")
   [[ -z "${RETOOL_SANDBOX_URL:-}" ]] || HYDRA_ARGS+=("$RUNTIME_ENV.RETOOL_SANDBOX_URL='$RETOOL_SANDBOX_URL'")
+  # The device variables too: workers that `ray start` brought up on other nodes never read $DEVICE_ENV.
+  for name in $(sed -nE 's/^[[:space:]]*export[[:space:]]+([A-Za-z_][A-Za-z0-9_]*).*/\1/p' "$DEVICE_ENV" | sort -u); do
+    value="${!name}"
+    HYDRA_ARGS+=("$RUNTIME_ENV.$name='${value//\'/\\\'}'")
+  done
 fi
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   # Hydra composes and prints the config, then exits: no Ray, no process group, no device.
-  exec "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve
+  exec "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" "${SHAKEDOWN_ARGS[@]}" --cfg job --resolve
 fi
 
 mkdir -p "$RUN_DIR/logs"
 RESOLVED="$STAGE.resolved.yaml"
 RESUME_ARGS=()
+RESUMING=false
 PARTIAL="$(mktemp "$RUN_DIR/.$RESOLVED.XXXXXX")"  # renamed into place whole: other nodes may read it
-"$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve > "$PARTIAL" 2> "$RUN_DIR/logs/$STAGE.resolve.log" \
-  || { cat "$RUN_DIR/logs/$STAGE.resolve.log" >&2; rm -f "$PARTIAL"; exit 1; }
+"$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" "${SHAKEDOWN_ARGS[@]}" --cfg job --resolve > "$PARTIAL" \
+  2> "$RUN_DIR/logs/$STAGE.resolve.log" || { cat "$RUN_DIR/logs/$STAGE.resolve.log" >&2; rm -f "$PARTIAL"; exit 1; }
+if [[ "$STAGE" == rl ]]; then
+  # What would otherwise fail inside the run: a reward manager that drops num_turns, no failure accounting, no
+  # code_interpreter tool, rows without a ground truth (retool/failures/preflight.py). Checked before the run folder
+  # takes the config, so a refused launch leaves nothing behind to resume.
+  "$PYTHON" -m retool.failures.preflight "$PARTIAL" || { rm -f "$PARTIAL"; exit 1; }
+fi
 if [[ -f "$RUN_DIR/$RESOLVED" ]]; then
   # Resume: verl runs the saved config again (the new one must not differ); one node of a multi-node SFT cleans up.
   CLEAN=()
@@ -103,19 +142,37 @@ if [[ -f "$RUN_DIR/$RESOLVED" ]]; then
                 "${CLEAN[@]}")" || { rm -f "$PARTIAL"; exit 1; }
   rm -f "$PARTIAL"
   [[ -z "$RESUME_OUT" ]] || mapfile -t RESUME_ARGS <<< "$RESUME_OUT"
+  RESUMING=true
 else
   mv "$PARTIAL" "$RUN_DIR/$RESOLVED"
+fi
+FULL="$RUN_DIR/shakedown/$STAGE.full.yaml"
+if [[ -n "${SHAKEDOWN_ARGS[*]}" && "${NODE_RANK:-0}" == 0 && ! -f "$FULL" ]]; then
+  # The long run this shakedown stands for: retool-shakedown compares the two configs and projects its wall time.
+  mkdir -p "$RUN_DIR/shakedown"
+  "$PYTHON" -m "$MODULE" "${HYDRA_ARGS[@]}" "$@" --cfg job --resolve > "$FULL.partial" \
+    2>> "$RUN_DIR/logs/$STAGE.resolve.log" && mv "$FULL.partial" "$FULL"
 fi
 # Data converted for another profile would train on one schema text or prompt wording and roll out with another.
 "$PYTHON" -m retool.profiles check --profile "$PROFILE" --config "$RUN_DIR/$RESOLVED"
 if [[ "$STAGE" == rl ]]; then
-  "$PYTHON" -m retool.sandbox.gate "${RETOOL_SANDBOX_URL:-http://127.0.0.1:8080/run_code}"
+  # Every node verl will run on: its own sandbox (answers, bwrap, runs a program), the worker environment, its devices.
+  "$PYTHON" -m retool.node_check --config "$RUN_DIR/$RESOLVED"
 fi
 RUN_ARGS=(--config-path "$RUN_DIR" --config-name "${RESOLVED%.yaml}" hydra.run.dir="$RUN_DIR/hydra"
           "${RESUME_ARGS[@]}")
 
 LOG="$RUN_DIR/logs/$STAGE.log"
-echo "[$STAGE] device=$DEVICE profile=$PROFILE config=$CONFIG_NAME run_dir=$RUN_DIR log=$LOG"
+launch_record() {  # logs/launches.jsonl, a line when verl starts and one when it ended well (retool/shakedown/)
+  local fields='{"event": "%s", "stage": "%s", "kind": "%s", "device": "%s", "node_rank": "%s", "resume": %s, '
+  printf "$fields"'"start": %s, "time": %s}\n' "$1" "$STAGE" "$RUN_KIND" "$DEVICE" "${NODE_RANK:-0}" "$RESUMING" \
+    "$LAUNCH_START" "$(date +%s.%N)" >> "$RUN_DIR/logs/launches.jsonl"  # one write: nodes share the file
+}
+launch_record start
+# verl runs under retool/console/: its whole output is appended to $LOG byte for byte, the console gets a compact
+# view (start-up, a line per step, warnings and errors at once; VERBOSE=1: everything), and verl's exit status is kept.
+CONSOLE=("$PYTHON" -m retool.console --stage "$STAGE" --log "$LOG" --config "$RUN_DIR/$RESOLVED" --device "$DEVICE"
+         --profile "$PROFILE" --)
 if [[ "$STAGE" == sft ]]; then
   if [[ -z "${MASTER_PORT:-}" ]]; then
     # One node: any free loopback port (two runs on one host must not collide). Several nodes: agree on 29500.
@@ -125,12 +182,25 @@ if [[ "$STAGE" == sft ]]; then
       MASTER_PORT=29500
     fi
   fi
-  "$PYTHON" -m torch.distributed.run \
+  "${CONSOLE[@]}" "$PYTHON" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --nproc_per_node="${NPROC_PER_NODE:-1}" \
     --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$MASTER_PORT" \
-    -m "$MODULE" "${RUN_ARGS[@]}" 2>&1 | tee -a "$LOG"
+    -m "$MODULE" "${RUN_ARGS[@]}"
 else
-  "$PYTHON" -m "$MODULE" "${RUN_ARGS[@]}" 2>&1 | tee -a "$LOG"
+  "${CONSOLE[@]}" "$PYTHON" -m "$MODULE" "${RUN_ARGS[@]}"
+fi
+launch_record end
+if [[ -n "${SHAKEDOWN_ARGS[*]}" && "${NODE_RANK:-0}" == 0 ]]; then
+  if [[ "$STAGE" == sft ]]; then
+    "$PYTHON" -m retool.shakedown.merge --run-dir "$RUN_DIR"  # to Hugging Face format, then loaded as RL will
+  else
+    NEXT="$("$PYTHON" -m retool.shakedown.relaunch --run-dir "$RUN_DIR")"  # "relaunch" after the first launch
+    # the first launch ended at step 1's checkpoint: the same RUN_DIR again is an ordinary resume, which runs step 2
+    [[ "$NEXT" != relaunch ]] || exec "$REPO_DIR/scripts/launch.sh" rl "${LAUNCH_ARGS[@]}"
+  fi
 fi
 # The stage's next command, with this run's real paths (so a second run never picks up an older folder).
 DEVICE="$DEVICE" "$PYTHON" -m retool.next_step "$STAGE" "$RUN_DIR" || true
+}
+main "$@"
+exit "$?"

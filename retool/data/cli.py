@@ -17,12 +17,10 @@ from pathlib import Path
 
 from retool.data.fetch import ASSETS, BUNDLED, SOURCES, DownloadError, asset_dir, check, download
 from retool.data.io import ConversionError, DataSourceError
+from retool.data.layout import DEFAULT_MODELS, DEFAULT_RAW, data_dir
 from retool.data.prepare import Inputs, ProfileMismatch, describe, prepare_profile
-from retool.data.sft import ToolConfigError
 from retool.profiles import DEFAULT_PROFILE, PROFILES
-
-DEFAULT_RAW = Path("data/raw")
-DEFAULT_MODELS = Path("models")
+from retool.tool_yaml import ToolConfigError
 
 
 def _repo_override(text: str) -> tuple[str, str]:
@@ -62,7 +60,7 @@ def run_download(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    out = args.out or Path("data") / args.profile
+    out = args.out or data_dir(args.profile)
     defaults = Inputs.under(args.raw)
     inputs = Inputs(args.sft or defaults.sft, args.dapo or defaults.dapo, args.aime or defaults.aime)
     try:

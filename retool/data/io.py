@@ -165,10 +165,10 @@ def _hub_source(hub_id: str, split: str | None) -> RowSource:
         loaded = datasets.load_dataset(hub_id)
     except Exception as exc:  # offline hosts fail with ConnectionError, OSError or hub-specific errors
         raise DataSourceError(
-            f"could not load the hub dataset {hub_id!r} ({type(exc).__name__}: {exc}). If this machine cannot reach "
-            f"the Hugging Face hub, download the dataset where it can (e.g. `hf download {hub_id} --repo-type dataset "
-            f"--local-dir ./{hub_id.split('/')[-1]}`), copy it here and pass the local directory or data file as "
-            f"--input."
+            f"could not load the hub dataset {hub_id!r} ({type(exc).__name__}: {exc}). `retool-data download` "
+            f"fetches the recipe's data sets into data/raw/ (--source modelscope, or HF_ENDPOINT=<mirror>); or "
+            f"download it where the hub is reachable (e.g. `hf download {hub_id} --repo-type dataset --local-dir "
+            f"./{hub_id.split('/')[-1]}`), copy it here and pass the local directory or data file as --input."
         ) from exc
     return _datasets_source(loaded, f"hub:{hub_id}", split)
 

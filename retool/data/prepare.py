@@ -21,12 +21,9 @@ from typing import Any
 
 from retool.data import rl, sft
 from retool.data.fetch import ASSETS
+from retool.data.layout import RL_TRAIN_FILE, RL_VAL_FILE, SFT_FILE
 from retool.profiles import check_data, get_profile
 
-# The file names the launchers read from DATA_DIR (run_qwen3_4b_*.sh).
-SFT_FILE = "retool_sft.parquet"
-RL_TRAIN_FILE = "dapo_math_17k.parquet"
-RL_VAL_FILE = "aime_2025.parquet"
 DEDUPE = {"reference": False, "improved": True}  # the reference trained on every repeated row
 
 

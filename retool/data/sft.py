@@ -31,7 +31,6 @@ on_error="fail".
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -39,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
 from retool.constants import REPO_ROOT, TOOL_NAME
 from retool.data.io import (
@@ -51,15 +49,14 @@ from retool.data.io import (
     skipped_rows_lines,
     write_parquet,
 )
+from retool.data.fetch import ASSETS
+from retool.data.layout import DEFAULT_RAW, RL_TRAIN_FILE, RL_VAL_FILE, SFT_FILE, data_dir
+from retool.data.prompt import DEFAULT_PROMPT_STYLE, check_prompt_style, qwen_boxed_prompt
 from retool.profiles import add_profile_arguments, resolve_profile_arguments
-from retool.data.prompt import (
-    DEFAULT_PROMPT_STYLE,
-    check_prompt_style,
-    qwen_boxed_prompt,
-)
+from retool.tool_yaml import ToolConfigError, load_tool_schema
+
 QUESTION_MARKER = "*user question:*"
 DEFAULT_TOOL_CONFIG = REPO_ROOT / "configs" / "tool.yaml"  # the reference profile's
-OWN_TOOL_CLASS = "retool.tool.CodeInterpreterTool"
 
 # The raw trailing format line: "Remember to place the final answer in the last part using the format: \n<answer>..."
 _RAW_FORMAT_LINE = re.compile(r"\s*Remember to place the final answer in the last part using the format:.*\Z", re.S)
@@ -79,100 +76,6 @@ _TOOL_CALL_TYPE = pa.struct(
 MESSAGES_TYPE = pa.list_(
     pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.list_(_TOOL_CALL_TYPE))])
 )
-
-
-class ToolConfigError(ValueError):
-    """The tool YAML is missing or has no usable code_interpreter schema."""
-
-
-# ---------------------------------------------------------------- tool schema
-
-
-def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
-    """The OpenAI function schema of `code_interpreter` that verl will show the model for this tool YAML
-    (`tools: [{class_name, config, tool_schema?}]`), canonicalised by `canonical_tool_schema`.
-
-    An entry whose `tool_schema.function.name` is code_interpreter wins. Otherwise an entry of class
-    `retool.tool.CodeInterpreterTool` without `tool_schema` counts: verl then asks the tool, which answers with
-    `retool.tool_schema.tool_schema(behaviour, session_mode)` of its `config:`. Raises ToolConfigError naming the file
-    and key."""
-    path = Path(tool_config)
-    if not path.is_file():
-        raise ToolConfigError(
-            f"tool config {path} not found; pass --tool-config with the tool YAML (configs/tool.yaml)")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ToolConfigError(f"{path}: invalid YAML ({exc})") from exc
-    tools = data.get("tools") if isinstance(data, dict) else None
-    if not isinstance(tools, list):
-        raise ToolConfigError(f"{path}: expected a top-level `tools:` list of {{class_name, config, tool_schema}}")
-    names = []
-    for number, entry in enumerate(tools):
-        schema = entry.get("tool_schema") if isinstance(entry, dict) else None
-        function = schema.get("function") if isinstance(schema, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        names.append(name)
-        if name == TOOL_NAME:
-            return canonical_tool_schema(schema, where=f"{path}: tools[{number}].tool_schema")
-    for number, entry in enumerate(tools):
-        if isinstance(entry, dict) and entry.get("class_name") == OWN_TOOL_CLASS and entry.get("tool_schema") is None:
-            from retool.tool_schema import tool_schema  # light modules (no verl), owned by the tool
-            from retool.tool_settings import ToolSettings
-
-            config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
-            try:
-                schema = tool_schema(config.get("behaviour", ToolSettings.behaviour),
-                                     config.get("session_mode", ToolSettings.session_mode))
-            except ValueError as exc:
-                raise ToolConfigError(f"{path}: tools[{number}].config: {exc}") from None
-            return canonical_tool_schema(schema, where=f"{path}: tools[{number}] (retool.tool_schema)")
-    raise ToolConfigError(
-        f"{path}: no entry has tool_schema.function.name == {TOOL_NAME!r} (names found: {names}) "
-        f"and no {OWN_TOOL_CLASS} entry without tool_schema")
-
-
-def canonical_tool_schema(schema: Mapping[str, Any], where: str = "tool_schema") -> dict[str, Any]:
-    """Check a code_interpreter schema and return it with verl's key set and order.
-
-    verl validates tool schemas into pydantic models and renders `model_dump(exclude_unset=True, exclude_none=True)`;
-    keys those models do not define are dropped there, so they are dropped here too, and the kept keys follow the
-    models' field order. The result is JSON-compatible."""
-
-    def pick(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-        return {key: source[key] for key in keys if source.get(key) is not None}
-
-    def need(condition: bool, what: str) -> None:
-        if not condition:
-            raise ToolConfigError(f"{where}: {what}")
-
-    need(isinstance(schema, Mapping) and schema.get("type") == "function", "`type` must be 'function'")
-    function = schema.get("function")
-    need(isinstance(function, Mapping), "`function` must be a mapping")
-    need(function.get("name") == TOOL_NAME, f"`function.name` must be {TOOL_NAME!r}")
-    need(isinstance(function.get("description"), str), "`function.description` must be a string")
-    parameters = function.get("parameters")
-    need(isinstance(parameters, Mapping) and parameters.get("type") == "object",
-         "`function.parameters.type` must be 'object'")
-    properties = parameters.get("properties")
-    need(isinstance(properties, Mapping), "`function.parameters.properties` must be a mapping")
-    need(isinstance(properties.get("code"), Mapping) and properties["code"].get("type") == "string",
-         "`function.parameters.properties.code.type` must be 'string'")
-    need("code" in (parameters.get("required") or []), "`function.parameters.required` must list 'code'")
-    for name, prop in properties.items():
-        need(isinstance(prop, Mapping) and "type" in prop, f"property {name!r} needs a `type`")
-
-    canonical_parameters = pick(parameters, ("type",))
-    canonical_parameters["properties"] = {
-        name: pick(prop, ("type", "description", "enum")) for name, prop in properties.items()
-    }
-    if parameters.get("required") is not None:
-        canonical_parameters["required"] = list(parameters["required"])
-    canonical_function = pick(function, ("name", "description"))
-    canonical_function["parameters"] = canonical_parameters
-    canonical_function.update(pick(function, ("strict",)))
-    # A JSON round trip turns YAML-specific scalars into plain JSON types.
-    return json.loads(json.dumps({"type": "function", "function": canonical_function}))
 
 
 # ---------------------------------------------------------------- one row
@@ -418,25 +321,43 @@ def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
     return "\n".join(lines)
 
 
+def default_input() -> str:
+    """Where ``retool-data download`` puts ReTool-SFT when that folder is here, else the hub id (as the reference's
+    preprocessing script loaded it)."""
+    local = DEFAULT_RAW / ASSETS["retool_sft"].folder
+    return str(local) if local.is_dir() else ASSETS["retool_sft"].hf_id
+
+
 def main(argv: list[str] | None = None) -> int:
     """`retool-sft-preprocess`: ReTool-SFT -> verl multi-turn SFT parquet."""
     parser = argparse.ArgumentParser(
         prog="retool-sft-preprocess",
         description="Convert ReTool-SFT rows into multi-turn tool-calling SFT rows (messages + tools) for verl.",
     )
-    parser.add_argument("--input", required=True,
-                        help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory")
-    parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
+    parser.add_argument("--input", default=None,
+                        help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory "
+                             f"(default: {DEFAULT_RAW / ASSETS['retool_sft'].folder}, where `retool-data download` "
+                             f"puts it, when it is there; else the hub id {ASSETS['retool_sft'].hf_id})")
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"output .parquet file (default: data/<profile>/{SFT_FILE}, where the SFT launcher "
+                             "reads it)")
     add_profile_arguments(parser, tool_config=True)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
     resolve_profile_arguments(args)
-    return run_conversion(
+    args.input = args.input or default_input()
+    args.output = args.output or data_dir(args.profile) / SFT_FILE
+    code = run_conversion(
         "retool-sft-preprocess",
         lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split,
                            prompt_style=args.prompt_style),
         format_summary, args.report, input_errors=(DataSourceError, ToolConfigError),
     )
+    if code == 0:
+        print(f"\nthe SFT launcher reads it from its folder: PROFILE={args.profile} DATA_DIR="
+              f"{args.output.parent.resolve()} ./run_qwen3_4b_sft_npu.sh\nRL needs {RL_TRAIN_FILE} and {RL_VAL_FILE} "
+              f"beside it: `retool-data prepare --profile {args.profile}` writes all three")
+    return code
 
 
 if __name__ == "__main__":

@@ -5,17 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
-STATUSES = (OK, WARN, FAIL, SKIP)
+OK, WARN, FAIL, SKIP, NEXT = "OK", "WARN", "FAIL", "SKIP", "NEXT"
+STATUSES = (OK, WARN, FAIL, SKIP, NEXT)
 
 
 @dataclass
 class Check:
-    """One result: status (OK/WARN/FAIL/SKIP), the check's name and a line that says what to do."""
+    """One result: status (OK/WARN/FAIL/SKIP, or NEXT: not there yet, and the stage does not need it yet), the
+    check's name and a line that says what to do. ``step`` is set on a failure that only means "not there yet": the
+    README step that makes it (retool.doctor.stages)."""
 
     status: str
     name: str
     message: str
+    step: str | None = None
 
     def line(self) -> str:
         return f"[{self.status:^4}] {self.name}: {self.message}"

@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import retool.doctor
-from retool.doctor.checks import FAIL, OK, SKIP, STATUSES, WARN, Check, dig
+from retool.doctor.checks import FAIL, NEXT, OK, SKIP, STATUSES, WARN, Check, dig
 from retool.doctor.cluster import check_ray
-from retool.doctor.config import ConfigError, config_kind, config_source, load_config
+from retool.doctor.config import ConfigError, config_kind, config_source, load_config, model_path
 from retool.doctor.devices import check_devices, detect_devices
-from retool.doctor.estimate import KNOWN_MODELS
-from retool.doctor.inputs import check_data, check_model, check_profile_data
+from retool.doctor.estimate import KNOWN_MODELS, RECIPE_MODEL
+from retool.doctor.inputs import MODEL_PATH_NOT_SET, check_data, check_model, check_profile_data, run_profile
 from retool.doctor.resources import check_disk, check_memory
 from retool.doctor.sandbox import check_sandbox, check_sessions
+from retool.doctor.stages import SFT_MODEL, STAGES, Launchers, apply_stage, next_steps
 from retool.doctor.tool_config import check_tool_config
 from retool.doctor.versions import check_npu_stack, check_packages, check_patches, check_python, load_pins
 from retool.sandbox.client import SandboxURLError, base_url
@@ -32,10 +33,10 @@ def _other_server(checked: str, tool_url: str) -> bool:
         return False
 
 
-def run_checks(args: argparse.Namespace) -> list[Check]:
+def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any] | None, str]:
+    """Every check, as the stage judges it (retool.doctor.stages); also the resolved config and the stage."""
     pins = load_pins()
     devices = detect_devices()
-    checks = [check_python(pins)]
     cfg: dict[str, Any] | None = None
     source = ""
     config_check: Check | None = None
@@ -49,9 +50,13 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
                                                f"node(s) x {dig(cfg, 'trainer.n_gpus_per_node', 1)})")
         except ConfigError as e:
             config_check = Check(FAIL, "config", f"{e}")
+    stage = args.stage or (config_kind(cfg) if cfg else "install")
+    if cfg is not None and stage != "install" and stage != config_kind(cfg):
+        config_check = Check(FAIL, "config", f"--stage {stage} checks the {stage.upper()} launcher, but {args.config} "
+                                             f"is an {config_kind(cfg).upper()} config")
     extra = args.extra or (dig(cfg, "trainer.device") if cfg else None) or devices.kind
-    checks.append(check_packages(pins, extra if extra in (pins.get("extras") or {}) else devices.kind))
-    checks.append(check_patches())
+    extra = extra if extra in (pins.get("extras") or {}) else devices.kind
+    checks = [check_python(pins, extra), check_packages(pins, extra), check_patches(extra=extra)]
     why = "pass --config" if args.config is None else "the config did not resolve"
     checks.append(Check(SKIP, "npu stack", why) if cfg is None else check_npu_stack(cfg, pins, args.cann_info))
     checks.append(check_devices(devices, cfg))
@@ -63,7 +68,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(check_sandbox(sandbox_url))
         checks.append(Check(SKIP, "sessions", why))
         checks.append(check_ray(args.ray_address or os.environ.get("RAY_ADDRESS"), cfg))
-        return checks + [Check(SKIP, name, why) for name in ("memory", "disk")]
+        checks += [Check(SKIP, name, why) for name in ("memory", "disk")]
+        return apply_stage(stage, checks), cfg, stage
     model_check, hf = check_model(cfg)
     checks += [model_check, check_data(cfg), check_profile_data(cfg, source, args.config)]
     tool_check, tool_url = check_tool_config(cfg)
@@ -77,13 +83,19 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     checks.append(check_sandbox(sandbox_url, rl=rl))
     checks.append(check_sessions(cfg, sandbox_url) if rl else Check(SKIP, "sessions", "SFT config: no rollout tools"))
     checks.append(check_ray(args.ray_address or os.environ.get("RAY_ADDRESS"), cfg))
-    checks.append(check_memory(cfg, hf, devices, args.device_memory_gb, args.model_config))
-    checks.append(check_disk(cfg, hf, args.model_config))
-    return checks
+    # Right after the install the model folder is not there yet: size the run with the recipe's own model.
+    shape = args.model_config or (RECIPE_MODEL if stage == "install" and hf is None else None)
+    checks.append(check_memory(cfg, hf, devices, args.device_memory_gb, shape))
+    checks.append(check_disk(cfg, hf, shape))
+    return apply_stage(stage, checks), cfg, stage
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retool-doctor", description=retool.doctor.__doc__.split("\n\n")[0])
+    parser.add_argument("--stage", choices=STAGES, default=None,
+                        help="where you are on the README's path: install (right after installing: what is not "
+                             "there yet is listed as next steps), sft or rl (before that launch: everything it needs "
+                             "must be there). Default: the config's stage (sft or rl); install without --config")
     parser.add_argument("--config", type=Path, default=None,
                         help="launcher .sh (run with DRY_RUN=1), resolved YAML, or recipe Hydra YAML")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -106,12 +118,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    checks = run_checks(args)
+    checks, cfg, stage = run_checks(args)
     for check in checks:
         print(check.line())
     counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
-    print(f"retool-doctor: {counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failure(s), "
-          f"{counts[SKIP]} skipped")
+    print(f"retool-doctor ({stage} stage): {counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failure(s), "
+          f"{counts[SKIP]} skipped, {counts[NEXT]} not there yet")
+    device = dig(cfg, "trainer.device") if cfg else None
+    if device in ("npu", "cuda"):  # the README's path; the CPU smoke (make smoke) builds its own inputs
+        model = model_path(cfg) if stage == "rl" and dig(cfg, "actor_rollout_ref.model.path") != MODEL_PATH_NOT_SET \
+            else SFT_MODEL
+        steps = next_steps(stage, checks, Launchers.of(device), run_profile()[0],
+                           int(dig(cfg, "trainer.nnodes", 1) or 1), str(model))
+        print("next, as in the README:\n" + "\n".join(f"  {step}" for step in steps))
     return 1 if counts[FAIL] else 0
 
 

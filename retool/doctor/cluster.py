@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from retool.doctor.checks import FAIL, OK, Check, dig
+from retool.doctor.checks import FAIL, OK, SKIP, Check, dig
+from retool.doctor.config import config_kind
+from retool.doctor.stages import RAY
 
 
 def check_ray(address: str | None, cfg: dict[str, Any] | None) -> Check:
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1) if cfg else 1
+    if cfg is not None and config_kind(cfg) == "sft":
+        return Check(SKIP, "ray", "SFT runs under torchrun, not Ray (several nodes: NNODES, NODE_RANK, MASTER_ADDR)")
     if not address:
         if nnodes > 1:
             return Check(FAIL, "ray", f"config asks for {nnodes} nodes but no Ray cluster is given: start one "
-                                      "(ray start --head; ray start --address=HEAD:6379 on the others) and pass "
-                                      "--ray-address or set RAY_ADDRESS")
+                                      "(ray start --head; ray start --address=HEAD:6379 on the others; "
+                                      "docs/multinode.md) and pass --ray-address or set RAY_ADDRESS", step=RAY)
         return Check(OK, "ray", "single node: the trainer starts its own Ray")
     try:
         import ray

@@ -16,6 +16,8 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "qwen3-4b": {"hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728, "vocab_size": 151936,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True},
 }
+# The model the recipe trains (Qwen3-4B-Instruct-2507): the run's size before its folder is downloaded.
+RECIPE_MODEL = "qwen3-4b"
 
 
 def param_count(hf: dict[str, Any]) -> int:

@@ -8,9 +8,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from retool.data.layout import DEFAULT_RAW
 from retool.doctor.checks import FAIL, OK, SKIP, Check, as_list, dig
 from retool.doctor.config import RECIPE, RESOLVED, config_kind, model_path
 from retool.doctor.estimate import param_count
+from retool.doctor.stages import DOWNLOAD, PREPARE, SFT
+
+
+# What the RL launcher's DRY_RUN puts in the config when MODEL_PATH is not set (run_qwen3_4b_dapo_npu.sh).
+MODEL_PATH_NOT_SET = "MODEL_PATH-not-set"
 
 
 def check_model(cfg: dict[str, Any]) -> tuple[Check, dict[str, Any] | None]:
@@ -19,9 +25,15 @@ def check_model(cfg: dict[str, Any]) -> tuple[Check, dict[str, Any] | None]:
     if not path_text:
         return Check(FAIL, "model", "the config sets no model path"), None
     path = Path(os.path.expanduser(str(path_text)))
+    if config_kind(cfg) == "rl" and (str(path_text) == MODEL_PATH_NOT_SET or not path.exists()):
+        what = "MODEL_PATH is not set" if str(path_text) == MODEL_PATH_NOT_SET else f"{path} does not exist"
+        return Check(FAIL, "model", f"{what}: RL starts from the SFT model -> run the SFT stage, then set MODEL_PATH "
+                                    "to the model it printed at its end (python -m retool.next_step sft "
+                                    "runs/sft-<time> prints it again)", step=SFT), None
     if not path.exists():
-        return Check(FAIL, "model", f"{path} does not exist: set MODEL_PATH (launchers) or the config's model.path; "
-                                    "the hub is not reachable at run time, so download it first"), None
+        return Check(FAIL, "model", f"{path} does not exist -> retool-data download (it puts Qwen3-4B-Instruct-2507 "
+                                    "in models/; MODEL_PATH names another folder); the hub is not reachable at run "
+                                    "time", step=DOWNLOAD), None
     try:
         hf = json.loads((path / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -57,10 +69,10 @@ def check_data(cfg: dict[str, Any]) -> Check:
     files = data_paths(cfg)
     if not files:
         return Check(FAIL, "data", "the config sets no data.train_files")
-    problems, described = [], []
+    problems, described, missing = [], [], []
     for role, path in files:
         if not path.is_file():
-            problems.append(f"{role} file {path} does not exist")
+            missing.append(path)
             continue
         try:
             meta = pq.read_metadata(path)
@@ -73,12 +85,30 @@ def check_data(cfg: dict[str, Any]) -> Check:
             problems.append(f"{path} lacks columns {lacking} (has {sorted(columns)})")
         if kind == "rl" and "agent_name" not in columns:
             problems.append(f"{path} has no agent_name column: rows would use the single-turn loop, not the tool "
-                            "loop (prepare it with retool-prepare-rl)")
+                            f"loop (convert it with retool-data prepare --profile {run_profile()[0]})")
         described.append(f"{role} {path.name} ({meta.num_rows} rows)")
+    if missing:
+        step, how = preparation(missing[0])
+        problems.insert(0, f"{', '.join(str(p) for p in missing)} not there -> {how}")
+        return Check(FAIL, "data", "; ".join(problems), step=None if len(problems) > 1 else step)
     if problems:
-        how = "retool-prepare-rl" if kind == "rl" else "retool-sft-preprocess"
-        return Check(FAIL, "data", "; ".join(problems) + f" -> create them with {how} (README)")
+        return Check(FAIL, "data", "; ".join(problems))
     return Check(OK, "data", ", ".join(described))
+
+
+def preparation(missing: Path) -> tuple[str, str]:
+    """(README step, its commands) that write a missing data file: `retool-data prepare` when the downloaded sets
+    are beside its folder (``<DATA_DIR>/../raw``, as `retool-data download` lays them out), else the download first."""
+    from retool.data.prepare import Inputs
+
+    raw = missing.parent.parent / DEFAULT_RAW.name
+    prepare = f"retool-data prepare --profile {run_profile()[0]}"
+    if missing.parent.name != run_profile()[0]:
+        prepare += f" --out {missing.parent}"
+    inputs = Inputs.under(raw)
+    if all(folder.exists() for folder in (inputs.sft, inputs.dapo, inputs.aime)):
+        return PREPARE, prepare
+    return DOWNLOAD, f"retool-data download, then {prepare}"
 
 
 def run_profile() -> tuple[str, str]:

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
 from retool.doctor.config import tool_config_path
+from retool.doctor.stages import SANDBOX
 from retool.doctor.tool_config import tool_session_mode
 from retool.sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
 from retool.sandbox.gate import ACCEPT_VARIABLE, HOW_TO_FIX, STRONG_TIERS
@@ -42,7 +43,8 @@ def check_sandbox(url: str | None, rl: bool = False) -> Check:
         if e.__cause__ is None:  # it answered, but not "pong"
             return Check(FAIL, "sandbox", str(e))
         start_hint = f"start it: retool-sandbox serve --host {parts.hostname} --port {parts.port or 8080}"
-        return Check(FAIL, "sandbox", f"{base} does not answer GET /v1/ping ({e.__cause__}) -> {start_hint}")
+        return Check(FAIL, "sandbox", f"{base} does not answer GET /v1/ping ({e.__cause__}) -> {start_hint}",
+                     step=SANDBOX)
     reply = client.run_sync("print(6*7)")
     if reply.status == "unavailable":
         return Check(FAIL, "sandbox", f"{base}/run_code failed on print(6*7): {reply.problem}")

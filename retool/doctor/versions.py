@@ -56,7 +56,13 @@ def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> dict[str, Any]:
             "npu_image": {}, "source": "installed retool metadata"}
 
 
-def check_python(pins: dict[str, Any]) -> Check:
+def install_command(extra: str) -> str:
+    """The README's install command for a device's stack (what puts the pinned packages and patched verl in place)."""
+    return {"npu": "bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)",
+            "cuda": "pip install -e '.[cuda]' && python -m retool.verl_install install"}.get(extra, "make setup")
+
+
+def check_python(pins: dict[str, Any], extra: str = "cpu") -> Check:
     from packaging.specifiers import SpecifierSet
 
     version = platform.python_version()
@@ -65,8 +71,10 @@ def check_python(pins: dict[str, Any]) -> Check:
         return Check(WARN, "python", f"{version}; cannot read requires-python (no pyproject.toml or retool metadata)")
     if version in SpecifierSet(spec):
         return Check(OK, "python", f"{version} ({sys.executable}) satisfies {spec}")
-    return Check(FAIL, "python", f"{version} does not satisfy {spec}: use the project venv (make setup) or a "
-                                 f"Python {spec}")
+    where = "the image's python3" if extra == "npu" else "the project's .venv (make setup)" if extra == "cpu" else \
+        f"a Python {spec}"
+    return Check(FAIL, "python", f"{version} ({sys.executable}) does not satisfy {spec}: run retool-doctor and the "
+                                 f"launchers with {where} ({install_command(extra)})")
 
 
 def check_packages(pins: dict[str, Any], extra: str) -> Check:
@@ -97,13 +105,11 @@ def check_packages(pins: dict[str, Any], extra: str) -> Check:
         except md.PackageNotFoundError:
             problems.append(f"verl missing (want {verl_pin})")
     if problems:
-        fix = "python -m retool.verl_install install" if any(p.startswith("verl") for p in problems) else ""
-        how = f"pip install -e '.[{extra}]'" + (f" and {fix}" if fix else "")
-        return Check(FAIL, "packages", f"[{extra}] {'; '.join(problems)} -> {how}")
+        return Check(FAIL, "packages", f"[{extra}] {'; '.join(problems)} -> {install_command(extra)}")
     return Check(OK, "packages", f"{checked} pinned packages of core + [{extra}] match ({pins.get('source')})")
 
 
-def check_patches(status_fn: Callable[[], list[tuple[str, bool]]] | None = None) -> Check:
+def check_patches(status_fn: Callable[[], list[tuple[str, bool]]] | None = None, extra: str = "cpu") -> Check:
     """verl patches from retool.verl_install.applied_patches_status (judged on the installed files)."""
     if status_fn is None:
         try:
@@ -118,8 +124,9 @@ def check_patches(status_fn: Callable[[], list[tuple[str, bool]]] | None = None)
         return Check(OK, "verl patches", "the recipe carries no patches")
     missing = [name for name, applied in status if not applied]
     if missing:
-        return Check(FAIL, "verl patches", f"not applied: {', '.join(missing)} -> python -m retool.verl_install "
-                                           "install (reinstalls the pinned verl with patches/)")
+        return Check(FAIL, "verl patches", f"not applied: {', '.join(missing)} -> {install_command(extra)} "
+                                           "(reinstalls the pinned verl with patches/; never pip install a verl clone "
+                                           "over it)")
     return Check(OK, "verl patches", f"all {len(status)} applied ({', '.join(n for n, _ in status)})")
 
 

@@ -16,6 +16,9 @@ Outputs in ``--output``:
   estimator; k <= n), acc/maj@n, num_turns/mean, tool_calls/per_answer, tool/success_rate, counts; the same per
   data_source under ``per_source``; stop reasons, tool statuses, settings and timing.
 - ``eval_config.yaml`` (the rollout settings used) and ``tool_config.yaml`` (the tool YAML pointed at the sandbox).
+- ``eval.log``: everything the run printed (vLLM, verl), appended. The console shows a compact view of it
+  (retool.console: start-up lines, progress with accuracy so far and ETA, warnings, errors, the result);
+  ``VERBOSE=1`` prints all of it instead.
 
 Inputs: an RL parquet written by ``retool-prepare-rl`` (used as is), or any layout ``retool.data.rl`` reads
 (AIME 2024/2025 jsonl or parquet, DAPO), converted row by row with the recipe's converter. ``--profile`` (reference by
@@ -42,6 +45,7 @@ from retool.profiles import add_profile_arguments, resolve_profile_arguments
 from retool.sandbox.client import SandboxClient, SandboxUnreachable, SandboxURLError
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "rl.yaml"
+UNDER_CONSOLE = "RETOOL_EVAL_UNDER_CONSOLE"  # set in the child that retool.console runs
 ROLLOUT = "actor_rollout_ref.rollout"
 
 
@@ -182,17 +186,21 @@ def _prepare_platform(device: str, kv_cache_gb: float) -> str:
     return actual
 
 
+def check_inputs(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """(the problems, the sandbox's /run_code URL); EvalError, before any model loads, when an input is wrong."""
+    if not (args.model / "config.json").is_file():
+        raise EvalError(f"--model {args.model} has no config.json: pass a Hugging Face model folder "
+                        "(merge FSDP checkpoints with `python -m verl.model_merger merge`)")
+    return load_problems(args.data, args.limit, args.prompt_style), check_sandbox(args.sandbox_url)
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Run the evaluation described by parsed CLI ``args``; returns metrics.json's content."""
     import asyncio
 
     from omegaconf import OmegaConf
 
-    if not (args.model / "config.json").is_file():
-        raise EvalError(f"--model {args.model} has no config.json: pass a Hugging Face model folder "
-                        "(merge FSDP checkpoints with `python -m verl.model_merger merge`)")
-    problems = load_problems(args.data, args.limit, args.prompt_style)
-    sandbox_url = check_sandbox(args.sandbox_url)
+    problems, sandbox_url = check_inputs(args)
     device = _prepare_platform(args.device, args.kv_cache_gb)
 
     args.output.mkdir(parents=True, exist_ok=True)
@@ -234,15 +242,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                             dtype=str(rollout.get("dtype") or "bfloat16"), structured_regex=args.structured_regex)
     samples_path = args.output / "samples.jsonl"
     total = len(problems) * args.n
-    done = 0
+    done = correct = used_tool = 0
     with open(samples_path, "w") as sink:
         def on_record(record: dict[str, Any]) -> None:
-            nonlocal done
+            nonlocal done, correct, used_tool
             sink.write(json.dumps(record, ensure_ascii=False) + "\n")
             sink.flush()
-            done += 1
-            if done == total or done % max(1, total // 10) == 0:
-                print(f"retool-eval: {done}/{total} samples", file=sys.stderr, flush=True)
+            done, correct, used_tool = done + 1, correct + record["correct"], used_tool + bool(record["tool_calls"])
+            if done == total or done % max(1, total // 100) == 0:  # retool.console reads these lines
+                print(f"retool-eval: {done}/{total} samples | acc {correct / done:.3f} so far | "
+                      f"tool use {used_tool / done:.2f}", file=sys.stderr, flush=True)
 
         result = asyncio.run(run_samples(config, str(tool_config), engine, problems, args.n, sampling,
                                          args.concurrency, on_record, reward_kwargs))
@@ -268,10 +277,31 @@ def build_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return metrics
 
 
+def run_under_console(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """This same command again as a child of retool.console: the console shows its compact view (start-up lines,
+    progress with ETA, warnings and errors, the result); ``<output>/eval.log`` gets all that vLLM and verl print."""
+    from retool.console.cli import run_command, verbose_requested
+    from retool.console.startup import shown_path
+
+    log = args.output / "eval.log"
+    limit = f", the first {args.limit} of each" if args.limit else ""
+    header = [f"model {shown_path(args.model)} | profile {args.profile} | device {args.device}",
+              f"data {', '.join(shown_path(d) for d in args.data)}{limit} | {args.n} samples per problem",
+              f"sandbox {args.sandbox_url} | output {shown_path(args.output)}",
+              f"full log: {shown_path(log)} (VERBOSE=1 prints all of it here too)"]
+    return run_command("eval", log, [sys.executable, "-m", "retool.eval", *argv], header,
+                       verbose=verbose_requested(), env={**os.environ, UNDER_CONSOLE: "1"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     started = time.monotonic()
     try:
+        if not os.environ.get(UNDER_CONSOLE):
+            check_inputs(args)  # a wrong input fails here, plainly, before anything starts
+            args.output.mkdir(parents=True, exist_ok=True)
+            return run_under_console(args, argv)
         metrics = evaluate(args)
     except EvalError as e:
         print(f"retool-eval: error: {e}", file=sys.stderr)

@@ -172,6 +172,40 @@ def sft_loss_panel(scalars: dict[str, Series], published: dict[str, Any]) -> lis
     return [make_plot(None, "loss", curves, smooth=True)]
 
 
+def failures_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
+    """The failure accounting (retool.failures): the failed share of each step and validation, and training counts
+    by cause. A healthy run is zero everywhere, which the figure says in its note."""
+    from retool.failures.causes import CAUSES
+
+    shares = [Curve(scalars[tag], label, tag.startswith("val-"), key, "min")
+              for tag, label, key in (("failures/share", "training steps", "train"),
+                                      ("val-failures/share", "validations", "val")) if tag in scalars]
+    counts = [Curve(scalars[f"failures/total/{cause}"], cause, False, cause, "min")
+              for cause in CAUSES if f"failures/total/{cause}" in scalars]
+    if not shares and not counts:
+        return None
+    return [make_plot("share of the trajectories that failed", "share", shares, rate=True),
+            make_plot("failed training trajectories by cause", "trajectories", counts)]
+
+
+def off_policy_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
+    """How stale the trained trajectories were (retool.trainer_modes): zero in sync, the price of the async modes."""
+    from retool.trainer_modes import EVICTED, SPANS, STALENESS, STALENESS_WORST
+
+    behind = [Curve(scalars[tag], label, False, key, "min") for tag, label, key in (
+        (f"{STALENESS}/mean", "mean, from its last token", "mean"),
+        (f"{STALENESS}/max", "most, from its last token", "max"),
+        (f"{STALENESS_WORST}/max", "most, from its first token", "worst")) if tag in scalars]
+    spans = [Curve(scalars[tag], label, False, key) for tag, label, key in (
+        (f"{SPANS}/mean", "model versions per trajectory, mean", "mean"),
+        (f"{SPANS}/max", "model versions per trajectory, most", "max"),
+        (EVICTED, "groups dropped as too stale", "evicted")) if tag in scalars]
+    if not behind and not spans:
+        return None
+    return [make_plot("model versions between a trajectory's weights and the trained weights", "versions", behind),
+            make_plot("partial rollout: versions a trajectory was generated across", "versions or groups", spans)]
+
+
 @dataclass(frozen=True)
 class PanelSpec:
     """A figure of the report (``<name>.png``): the stage whose scalars it reads, the tags it draws, its plots."""
@@ -194,6 +228,11 @@ PANELS = (
     PanelSpec("reward", "Reward", "rl", "critic/rewards/mean, val-aux/<data_source>/score/mean@N", reward_panel),
     PanelSpec("response_length", "Response length (tokens of model and tool output)", "rl",
               "response_length/mean", response_length_panel),
+    PanelSpec("failures", "Failed trajectories (lost or kept out of the loss)", "rl",
+              "failures/share, val-failures/share, failures/total/<cause>", failures_panel),
+    PanelSpec("off_policy", "Staleness of the trained trajectories (trainer modes)", "rl",
+              "training/off_policy/trajectory_staleness/{mean,max}, .../trajectory_staleness_worst/max, "
+              ".../trajectory_spans/{mean,max}, training/off_policy/evicted_samples", off_policy_panel),
     PanelSpec("sft_loss", "SFT loss", "sft", "train/loss, val/loss", sft_loss_panel),
 )
 

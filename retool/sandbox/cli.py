@@ -1,4 +1,5 @@
-"""``retool-sandbox``: run the embedded SandboxFusion-compatible code sandbox."""
+"""``retool-sandbox``: run the embedded SandboxFusion-compatible code sandbox, probe its isolation tiers, or load-test
+any ``/run_code`` server with one RL step's tool calls."""
 
 from __future__ import annotations
 
@@ -83,7 +84,60 @@ def build_parser() -> argparse.ArgumentParser:
     probe = sub.add_parser("probe", help="self-test every isolation tier and print a JSON report")
     probe.add_argument("--python", default=sys.executable, help="interpreter for user code")
     probe.add_argument("--uid-base", type=int, default=None, help="as for serve")
+    _loadtest_parser(sub)
     return parser
+
+
+def _loadtest_parser(sub) -> None:
+    from retool.sandbox import load_model as model
+    from retool.sandbox.loadtest import default_url
+
+    load = sub.add_parser(
+        "loadtest", help="replay one RL step's tool calls against a /run_code server and say whether it keeps up",
+        description="Replays the reference RL step's tool calls (N trajectories, the tool's client with its deadlines, "
+                    "retries and sessions, pauses from a generation model) against any /run_code server, "
+                    "retool-sandbox or SandboxFusion, and reports throughput, latency over time, queue waits, 504s, "
+                    "timeouts, lost calls, the server's CPU and memory, and a verdict. Exit status 1 when a call was "
+                    "lost, answered wrongly, killed, falsely timed out or outlived its deadline. See docs/sandbox.md, "
+                    "\"Load test\".")
+    load.add_argument("--url", default=default_url(),
+                      help="the sandbox (http://host:port or its /run_code URL) (default: $RETOOL_SANDBOX_URL or "
+                           "%(default)s)")
+    load.add_argument("--trajectories", type=int, default=model.REFERENCE_TRAJECTORIES,
+                      help="trajectories in flight together (default: %(default)s = 64 prompts x 16 samples)")
+    load.add_argument("--session-mode", choices=["stateless", "per_trajectory"], default=None,
+                      help="the tool's session mode (default: the tool config's, stateless in configs/tool.yaml)")
+    load.add_argument("--num-turns-mean", type=float, default=model.REFERENCE_NUM_TURNS,
+                      help="verl's num_turns mean, which sets the calls per trajectory (2 x calls + 2); the reference "
+                           "run had 7.0 at step 0 and 5.4 at step 130 (default: %(default)s)")
+    load.add_argument("--max-assistant-turns", type=int, default=model.REFERENCE_MAX_ASSISTANT_TURNS,
+                      help="the rollout's max_assistant_turns; at most one call fewer per trajectory (default: "
+                           "%(default)s)")
+    load.add_argument("--tokens-per-s", type=_positive_float, default=model.REFERENCE_TOKENS_PER_S,
+                      help="generation speed per trajectory; raise it to load the sandbox harder (default: "
+                           "%(default)s)")
+    load.add_argument("--tokens-between-calls", type=float, default=model.REFERENCE_TOKENS_BETWEEN_CALLS,
+                      help="mean tokens generated before each call and after the last (default: %(default)s)")
+    load.add_argument("--reference-tokens-per-s", type=_positive_float, default=model.REFERENCE_TOKENS_PER_S,
+                      help="the generation speed of the step the verdict is about (default: %(default)s)")
+    load.add_argument("--workers", type=int, default=model.REFERENCE_WORKERS,
+                      help="agent-loop workers, each with its own client and max_concurrency (default: %(default)s)")
+    load.add_argument("--tool-config", default=None, metavar="YAML",
+                      help="take the client settings (timeout, memory, max_concurrency, retries, queue timeout, "
+                           "session mode) from this tool YAML, e.g. configs/tool.yaml (default: the same values)")
+    load.add_argument("--timeout", type=_positive_float, default=None, help="the tool's timeout in seconds")
+    load.add_argument("--memory-limit-mb", type=int, default=None,
+                      help="memory_limit_MB sent with each call; -1 = none (a real SandboxFusion needs -1 for numpy)")
+    load.add_argument("--baseline-calls", type=int, default=100,
+                      help="first measure the sandbox's own throughput with this many calls at concurrency 2 and "
+                           "no pauses; 0 = skip (default: %(default)s)")
+    load.add_argument("--timeout-burst", type=int, default=0, metavar="N",
+                      help="also send N programs that spin until their timeout, all at --timeout-burst-at")
+    load.add_argument("--timeout-burst-at", type=float, default=0.0, metavar="S", help="seconds after the start")
+    load.add_argument("--server-pid", type=int, default=None,
+                      help="measure this process tree's CPU and memory (a local retool-sandbox is found by itself)")
+    load.add_argument("--seed", type=int, default=0, help="draws of calls, programs and pauses (default: %(default)s)")
+    load.add_argument("--json", default=None, metavar="FILE", help="also write every number and call record here")
 
 
 async def _probe(python: str, uid_base: int | None) -> dict:
@@ -107,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "loadtest":
+        return _loadtest(args)
     if args.command == "probe":
         try:
             print(json.dumps(asyncio.run(_probe(args.python, args.uid_base)), indent=2))
@@ -132,6 +188,39 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retool-sandbox: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    import json
+
+    from retool.sandbox import load_report
+    from retool.sandbox.client import SandboxUnreachable
+    from retool.sandbox.load_model import LoadSpec
+    from retool.sandbox.loadtest import CalibrationError, LoadTest, tool_settings
+
+    try:
+        settings = tool_settings(args.url, args.tool_config, timeout=args.timeout,
+                                 memory_limit_mb=args.memory_limit_mb, session_mode=args.session_mode)
+        spec = LoadSpec(trajectories=args.trajectories, session_mode=settings.session_mode,
+                        num_turns_mean=args.num_turns_mean, max_assistant_turns=args.max_assistant_turns,
+                        tokens_per_s=args.tokens_per_s, tokens_between_calls=args.tokens_between_calls,
+                        workers=args.workers, timeout_burst=args.timeout_burst,
+                        timeout_burst_at_s=args.timeout_burst_at, seed=args.seed)
+        if args.baseline_calls < 0:
+            raise ValueError("--baseline-calls must be >= 0")
+        test = LoadTest(settings.sandbox_fusion_url, spec, settings, server_pid=args.server_pid,
+                        baseline_calls=args.baseline_calls)
+        result = asyncio.run(test.run())
+    except (ValueError, OSError, CalibrationError, SandboxUnreachable) as exc:
+        print(f"retool-sandbox loadtest: {exc}", file=sys.stderr)
+        return 2
+    summary = load_report.summarize(result, args.reference_tokens_per_s)
+    print(load_report.render(summary), end="")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(load_report.to_json(result, summary), fh, indent=1)
+    calls = summary["calls"]
+    return 1 if any(calls[key] for key in ("lost", "wrong", "killed", "false_timeout", "over_deadline")) else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ owns, in one place:
   as long as the waits add up to at most ``reconnect_budget_s``, which rides out a sandbox restart. The wait doubles
   from ``retry_backoff_s`` (capped at ``MAX_BACKOFF_S``). A reply that never came within the deadline is not retried:
   the code may still be running there.
+- The deadline of a whole call (``ClientPolicy.call_deadline``): every attempt, wait and reconnect added up. A call
+  is answered or given up as ``unavailable`` once it has spent that long on the sandbox, whatever the server does, so
+  no trajectory waits forever. Waits for this client's own ``max_concurrency`` are not counted: they end as the calls
+  ahead end, and giving a call up for local queueing would drop a trajectory that the sandbox could still serve.
 - Outcomes (``classify``): ``ok`` (exit 0), ``error_exit``, ``timeout``, ``sandbox_error`` (the server could not run
   it) and ``unavailable`` (no usable reply at all).
 - Sessions: a call with ``session_id`` runs as the next cell of that session on retool-sandbox. The client counts
@@ -106,6 +110,13 @@ class ClientPolicy:
         """Seconds one attempt may take: queued at most queue_timeout_s, then running at most run_timeout."""
         return self.queue_timeout_s + self.run_timeout + self.http_timeout_margin_s
 
+    def call_deadline(self) -> float:
+        """Seconds a call may spend on the sandbox before it is given up as unavailable: each of its 1 + max_retries
+        attempts may take attempt_deadline and be followed by a wait of at most MAX_BACKOFF_S, and waiting for a server
+        that is not there takes at most reconnect_budget_s more. Waits for the client's own max_concurrency are not
+        part of it."""
+        return (1 + self.max_retries) * (self.attempt_deadline() + MAX_BACKOFF_S) + self.reconnect_budget_s
+
 
 @dataclass
 class Reply:
@@ -116,6 +127,9 @@ class Reply:
     problem: str = ""  # unavailable / sandbox_error: why, in words
     retries: int = 0
     session_lost: str = ""  # a session cell ran in a fresh interpreter: why the earlier state is gone
+    busy_answers: int = 0  # HTTP 504 answers this call got (retried or final)
+    limit_wait_s: float = 0.0  # seconds it waited for the client's own max_concurrency, all attempts together
+    last_attempt_s: float = 0.0  # seconds of its last HTTP attempt (for a reply: queue wait + run + transport)
 
     @property
     def run_result(self) -> dict[str, Any]:
@@ -143,13 +157,16 @@ def classify(body: Any) -> tuple[str, str]:
 
 
 class _Retries:
-    """The retry decision shared by the async and the sync transport."""
+    """The retry decision shared by the async and the sync transport, and what the call's Reply reports of it."""
 
     def __init__(self, policy: ClientPolicy) -> None:
         self.policy = policy
         self.count = 0
         self.busy = 0  # 504s retried
+        self.busy_answers = 0  # 504s seen
         self.waited = 0.0  # seconds waited for a server that was not there
+        self.limit_wait = 0.0
+        self.last_attempt = 0.0
 
     def delay(self, http_status: int | None) -> float | None:
         """Seconds to wait before the next attempt after a failed one, or None to give up.
@@ -158,6 +175,7 @@ class _Retries:
         """
         wait = min(self.policy.retry_backoff_s * 2**self.count, MAX_BACKOFF_S)
         if http_status == 504:
+            self.busy_answers += 1
             if self.busy >= self.policy.max_retries:
                 return None
             self.busy += 1
@@ -172,6 +190,10 @@ class _Retries:
 
     def after(self) -> str:
         return f" after {self.count} retries" if self.count else ""
+
+    def reply(self, status: str, body: dict[str, Any] | None = None, problem: str = "") -> Reply:
+        return Reply(status, body, problem, self.count, busy_answers=self.busy_answers,
+                     limit_wait_s=self.limit_wait, last_attempt_s=self.last_attempt)
 
 
 class SandboxClient:
@@ -189,30 +211,50 @@ class SandboxClient:
     # ---- async: the RL tool -------------------------------------------------------------------------------------
 
     async def run(self, code: str, session_id: str | None = None) -> Reply:
-        """Run ``code`` (as is: no preparation) and classify the reply; never raises for sandbox trouble."""
+        """Run ``code`` (as is: no preparation) and classify the reply; never raises for sandbox trouble, and gives up
+        once the call has spent the policy's call deadline on the sandbox (waits for this client's own
+        ``max_concurrency`` do not count: they end as the calls ahead end, each within its own deadline)."""
         p = self.policy
         payload = run_code_request(code, run_timeout=p.run_timeout, memory_limit_mb=p.memory_limit_mb,
                                    session_id=session_id)
         retries = _Retries(p)
-        deadline = p.attempt_deadline()
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=deadline)) as http_session:
+        deadline, budget = p.attempt_deadline(), p.call_deadline()
+        spent = 0.0  # seconds in attempts and in the waits between them
+        out_of_time = f"no answer within the call deadline of {budget:g} s"
+        async with aiohttp.ClientSession() as http_session:
             while True:
+                asked = time.monotonic()
                 async with self._limiter():  # held per attempt, released while backing off
+                    sent = time.monotonic()
+                    retries.limit_wait += sent - asked
+                    allowed = min(deadline, budget - spent)
+                    given_up = ""  # why this attempt ends the call without a reply
                     try:
-                        async with http_session.post(self.url, json=payload) as resp:
+                        async with http_session.post(self.url, json=payload,
+                                                     timeout=aiohttp.ClientTimeout(total=allowed)) as resp:
                             status, raw, failure = resp.status, await resp.text(errors="replace"), ""
                     except asyncio.TimeoutError:
-                        return Reply("unavailable", problem=f"no reply within {deadline:g} s", retries=retries.count)
+                        given_up = (f"no reply within {deadline:g} s" if allowed == deadline
+                                    else f"{out_of_time}{retries.after()}")
                     except aiohttp.ClientConnectionError as exc:  # refused, reset, server gone mid-reply
                         status, raw, failure = None, "", f"{type(exc).__name__}: {exc}"
                     except aiohttp.ClientError as exc:
-                        return Reply("unavailable", problem=f"{type(exc).__name__}: {exc}", retries=retries.count)
+                        given_up = f"{type(exc).__name__}: {exc}"
+                    retries.last_attempt = time.monotonic() - sent
+                    spent += retries.last_attempt
+                if given_up:
+                    return retries.reply("unavailable", problem=given_up)
                 if status == 200:
-                    return self._reply(raw, retries.count, session_id)
+                    return self._reply(raw, retries, session_id)
                 wait = retries.delay(status)
                 if wait is None:
                     return self._failed(status, raw, failure, retries)
+                if spent + wait >= budget:
+                    failed = self._failed(status, raw, failure, retries)
+                    failed.problem = f"{out_of_time}; last: {failed.problem}"
+                    return failed
                 await asyncio.sleep(wait)
+                spent += wait
 
     async def close_session(self, session_id: str) -> bool:
         """Ask the server to end a session now; best effort (False when it could not be asked)."""
@@ -248,20 +290,24 @@ class SandboxClient:
         deadline = p.queue_timeout_s + float(fields["run_timeout"]) + p.http_timeout_margin_s
         while True:
             request = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
+            sent = time.monotonic()
+            timed_out = False
             try:
                 with urllib.request.urlopen(request, timeout=deadline) as resp:
                     status, raw, failure = resp.status, resp.read().decode(errors="replace"), ""
             except urllib.error.HTTPError as exc:
                 status, raw, failure = exc.code, exc.read().decode(errors="replace"), ""
             except TimeoutError:
-                return Reply("unavailable", problem=f"no reply within {deadline:g} s", retries=retries.count)
+                timed_out = True
             except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as exc:
                 reason = getattr(exc, "reason", exc)
-                if isinstance(reason, TimeoutError):
-                    return Reply("unavailable", problem=f"no reply within {deadline:g} s", retries=retries.count)
+                timed_out = isinstance(reason, TimeoutError)
                 status, raw, failure = None, "", f"{type(reason).__name__}: {reason}"
+            retries.last_attempt = time.monotonic() - sent
+            if timed_out:
+                return retries.reply("unavailable", problem=f"no reply within {deadline:g} s")
             if status == 200:
-                return self._reply(raw, retries.count, session_id)
+                return self._reply(raw, retries, session_id)
             wait = retries.delay(status)
             if wait is None:
                 return self._failed(status, raw, failure, retries)
@@ -293,13 +339,13 @@ class SandboxClient:
 
     # ---- shared -------------------------------------------------------------------------------------------------
 
-    def _reply(self, raw: str, retries: int, session_id: str | None) -> Reply:
+    def _reply(self, raw: str, retries: _Retries, session_id: str | None) -> Reply:
         try:
             body: Any = json.loads(raw)
         except json.JSONDecodeError:
             body = raw
         status, problem = classify(body)
-        reply = Reply(status, body if isinstance(body, dict) else None, problem, retries)
+        reply = retries.reply(status, body if isinstance(body, dict) else None, problem)
         if session_id is not None and status != "unavailable":
             reply.session_lost = self._session_state(session_id, body.get("session"))
         return reply
@@ -326,4 +372,4 @@ class SandboxClient:
             problem = f"{failure}{retries.after()}"
         else:
             problem = f"HTTP {status}{retries.after()}: {raw.strip()[:200]!r}"
-        return Reply("unavailable", problem=problem, retries=retries.count)
+        return retries.reply("unavailable", problem=problem)

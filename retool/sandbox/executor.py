@@ -3,9 +3,9 @@
 Two modes (``Executor.mode``), same contract:
 
 ``fork`` (default when the tier has dedicated uids, see ``Isolation.can_fork_runs``): each slot owns one sandbox
-whose fork server forks a fresh process per program and sweeps the slot's uid clean after it (``runs.ForkRun``).
-Setting up namespaces and starting an interpreter happen once per slot, not per request, so a request costs a
-fork plus the program itself.
+whose fork server forks a fresh process per program and sweeps the slot's uid clean after it
+(``forkserver.ForkRun``). Setting up namespaces and starting an interpreter happen once per slot, not per request,
+so a request costs a fork plus the program itself.
 ``fresh`` (``--fresh-sandbox-per-run``, and bwrap without root): every program gets its own sandbox, pre-started
 as the slot's spare while the previous program runs (``runs.FreshRun``); slot ``s`` alternates between sandbox
 numbers ``2s`` and ``2s+1`` so the spare never shares a uid with the program being swept.
@@ -39,10 +39,10 @@ import time
 from dataclasses import dataclass, field
 
 from retool.sandbox import host
-from retool.sandbox.forkserver import ForkServer
+from retool.sandbox.forkserver import ForkRun, ForkServer
 from retool.sandbox.isolation import Isolation, Limits
 from retool.sandbox.plumbing import KILL_GRACE_S, START_TIMEOUT_S
-from retool.sandbox.runs import ForkRun, FreshRun, Run
+from retool.sandbox.runs import FreshRun, Run
 from retool.sandbox.session_sandbox import SessionCell, SessionSandbox
 
 log = logging.getLogger("retool.sandbox")

@@ -1,9 +1,14 @@
-"""A slot's long-lived sandbox whose interpreter forks every program of the slot (fork mode).
+"""A slot's long-lived sandbox whose interpreter forks every program of the slot (fork mode), and one such program.
 
 ``ForkServer`` starts the sandbox (``inside.FORKSERVER`` through the tier's ``launch_forkserver``), reads its ready
 report (what it preimported, whether it stayed single-threaded), and relays the fork server's reports about the
 current program (``P`` its pid, ``E`` its exit and whether the sweep was clean, ``F`` a failed fork) to that
-``runs.ForkRun``. A fork server that misbehaves or goes away is marked unhealthy; the executor retires it.
+``ForkRun``. A fork server that misbehaves or goes away is marked unhealthy; the executor retires it.
+
+``ForkRun`` is one program forked by the slot's fork server: the run sends its pipe ends over the server's control
+socket; the child drops to the slot's uid; after the exit the sandbox sweeps that uid (processes, /tmp, /dev/shm,
+/dev/mqueue, System V IPC) before it reports, and the host empties the work dir. A run that could not be swept clean,
+a lost fork server or a kill that did not land retires the whole sandbox.
 """
 
 from __future__ import annotations
@@ -12,14 +17,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING
+import signal
+import socket
 
 from retool.sandbox.inside import FORKSERVER_ARG
-from retool.sandbox.isolation import Isolation, sweep_tools
+from retool.sandbox.isolation import Isolation, kill_uid, sweep_tools
 from retool.sandbox.plumbing import START_TIMEOUT_S, ControlledSandbox, remove_tree
-
-if TYPE_CHECKING:
-    from retool.sandbox.runs import ForkRun
+from retool.sandbox.runs import Run
 
 log = logging.getLogger("retool.sandbox")
 
@@ -118,3 +122,71 @@ class ForkServer(ControlledSandbox):
         await asyncio.to_thread(self.proc.wait)
         self.log_reader.close()
         await asyncio.to_thread(remove_tree, self.run_dir)
+
+
+class ForkRun(Run):
+    """One program forked by a slot's ForkServer."""
+
+    def __init__(self, server: ForkServer, max_output_bytes: int) -> None:
+        self.server = server
+        self.uid, self.workdir, self.inner = server.uid, server.workdir, server.inner
+        self.child_ends = self._open_pipes(max_output_bytes)
+        self.pid: int | None = None  # in the sandbox's pid namespace, if it has one
+        self.code: int | None = None
+        self.clean = False
+        server.current = self
+
+    def start(self, limits: str, path: str) -> None:
+        uid = -1 if self.uid is None else self.uid
+        message = "\0".join([str(uid), self.inner, limits, path]).encode()
+        try:
+            socket.send_fds(self.server.sock, [message], self.child_ends)
+        except OSError as exc:  # the fork server is gone; reported as a failed start
+            self.error = f"the sandbox's fork server is gone: {exc}"
+            self.server.healthy = False
+            self._set_exited()
+        finally:
+            self._close_child_ends()
+
+    def on_message(self, kind: bytes, rest: str) -> None:
+        # The fork server is trusted code (no program runs in it), so its reports are taken as they come.
+        if kind == b"P":
+            self.pid = int(rest)
+        elif kind == b"E":
+            code, ended, clean = rest.split()
+            self.code, self.exit_time, self.clean = int(code), float(ended), clean == "1"
+            self._set_exited()
+        else:  # F: the fork failed
+            self.error = f"the sandbox could not fork the program: {rest}"
+            self._set_exited()
+
+    def on_lost(self) -> None:
+        self.error = self.error or f"the sandbox's fork server exited: {self.server.log_tail() or 'no output'}"
+        self._set_exited()
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.uid is not None:
+            kill_uid(self.uid, sig.name[3:])
+        elif self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def interrupt(self) -> None:
+        self._signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    async def close(self) -> None:
+        self._close_child_ends()
+        self._close_fds()
+        server = self.server
+        server.current = None
+        if not (self.exited.done() and self.clean and self.code is not None):
+            server.healthy = False  # not swept clean, or never finished: the whole sandbox goes
+        elif not await asyncio.to_thread(remove_tree, self.workdir, True):
+            log.warning("could not empty the work dir of sandbox %d; retiring it", server.box)
+            server.healthy = False

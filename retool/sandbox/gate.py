@@ -5,6 +5,9 @@ checkpoints, credentials and the cluster's network. retool-sandbox falls back to
 start (a container without user namespaces, bwrap not installed): `rlimit` shares the host's network and files,
 `none` runs code as the server's user. A real SandboxFusion defaults to no isolation. So the RL launchers and
 retool-doctor stop unless the tier is bwrap, or the risk is accepted by name: RETOOL_ACCEPT_WEAK_ISOLATION=1.
+``sandbox_verdict`` also runs one program (``print(6*7)``): a server that answers pings but cannot run code (an
+interpreter it cannot reach, a broken tier) would otherwise mask every trajectory of the run. The launch runs it on
+every node (retool/node_check.py); `make smoke` runs it right after starting its sandbox.
 
     python -m retool.sandbox.gate URL     # exit 0: fine (or accepted, with a warning); 1: the reason and the fix
 """
@@ -15,7 +18,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from retool.sandbox.client import SandboxClient, SandboxUnreachable, SandboxURLError
+from retool.sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
 
 ACCEPT_VARIABLE = "RETOOL_ACCEPT_WEAK_ISOLATION"
 STRONG_TIERS = ("bwrap",)
@@ -26,6 +29,8 @@ HOW_TO_FIX = (
     "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker tier "
     f"anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
 )
+# One attempt, no waiting for a server that is not there: the gate reports, the run's client rides out restarts.
+PROGRAM_POLICY = ClientPolicy(run_timeout=30, queue_timeout_s=30, max_retries=0, reconnect_budget_s=0)
 
 
 def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tuple[bool, str]:
@@ -46,12 +51,29 @@ def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tupl
     return False, f"sandbox {client.base} has {what}. Fix: {HOW_TO_FIX}"
 
 
+def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tuple[bool, str]:
+    """``isolation_verdict``, then one program: may the run go on, and what to say."""
+    ok, message = isolation_verdict(url, environ)
+    if not ok:
+        return ok, message
+    client = SandboxClient(url, PROGRAM_POLICY)
+    reply = client.run_sync("print(6*7)")
+    stdout = str(reply.run_result.get("stdout", "")).strip()
+    if reply.status == "ok" and stdout == "42":
+        return True, f"{message}; ran print(6*7)"
+    detail = reply.problem or f"outcome {reply.status}, stdout {stdout[:100]!r}, stderr " \
+                              f"{str(reply.run_result.get('stderr', ''))[-300:]!r}"
+    return False, (f"sandbox {client.base} answers but did not run print(6*7): {detail}. Fix: its log says why "
+                   "(the interpreter it runs, --python; limits such as --max-timeout); `retool-sandbox probe` tests "
+                   "every tier")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m retool.sandbox.gate URL", file=sys.stderr)
         return 2
-    ok, message = isolation_verdict(args[0])
+    ok, message = sandbox_verdict(args[0])
     print(message if ok else f"error: {message}", file=sys.stderr)
     return 0 if ok else 1
 

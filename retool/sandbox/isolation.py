@@ -43,6 +43,7 @@ from retool.sandbox.inside import SWEEP_ARG
 
 TIERS = ("bwrap", "rlimit", "none")
 BWRAP_WORKDIR = "/workspace"
+SANDBOX_ETC = Path(__file__).with_name("etc")  # files the bwrap tier shows at /etc in place of the host's
 _MB = 1024 * 1024
 
 
@@ -167,8 +168,9 @@ class Isolation:
         """Whether RLIMIT_NPROC applies: only with a dedicated uid (it counts every process of the uid)."""
         return self.uid(0) is not None
 
-    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
-        """How to start the interpreter with ``args`` in sandbox ``box`` with host work dir ``workdir``."""
+    def launch(self, box: int, workdir: str, args: list[str], pid_1: bool = False) -> Launch:
+        """How to start the interpreter with ``args`` in sandbox ``box`` with host work dir ``workdir``; with
+        ``pid_1`` it is the sandbox's first process itself (bwrap: no reaper above it; see ``BwrapIsolation``)."""
         return Launch(argv=[self.interpreter.executable, *args], cwd=workdir, env_tmpdir=workdir)
 
     def launch_forkserver(self, workdir: str, args: list[str]) -> Launch:
@@ -219,7 +221,7 @@ class RlimitIsolation(Isolation):
     def uid(self, box: int) -> int | None:
         return self.uid_base + box
 
-    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
+    def launch(self, box: int, workdir: str, args: list[str], pid_1: bool = False) -> Launch:
         argv = [self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, user=self.uid_base + box, env_tmpdir=workdir)
 
@@ -325,10 +327,14 @@ class BwrapIsolation(Isolation):
                 args += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
+        # /etc: searchable, not listable, so the sandbox uid reaches these files by name; of the host's only what
+        # the loader and the clock read, and the sandbox's own hosts file, so `localhost` resolves to loopback.
+        args += ["--perms", "0711", "--dir", "/etc"]
         for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
             path = "/etc/" + name
             if os.path.exists(path):
                 args += ["--ro-bind", path, path]
+        args += ["--ro-bind", str(SANDBOX_ETC / "hosts"), "/etc/hosts"]
         size = str(self.tmpfs_mb * _MB)
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
@@ -351,8 +357,12 @@ class BwrapIsolation(Isolation):
     def can_fork_runs(self) -> bool:
         return self._root  # without root there is no second uid to sweep the runs' leftovers with
 
-    def _bwrap(self, workdir: str) -> list[str]:
+    def _bwrap(self, workdir: str, pid_1: bool = False) -> list[str]:
         argv = [_tool("bwrap")]
+        if pid_1:
+            # Without it bwrap's own pid 1 reaps the interpreter, and bwrap exits without reaping that pid 1 (killed
+            # orphaned): the interpreter's CPU time would be charged to no process the server waits for.
+            argv.append("--as-pid-1")
         if self._root:
             # Privileged bwrap (no user namespace) so the slot uid stays a real host uid: RLIMIT_NPROC applies.
             argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
@@ -365,8 +375,8 @@ class BwrapIsolation(Isolation):
         mounts = [*self._fs, "--bind", workdir, BWRAP_WORKDIR, "--remount-ro", "/"]
         return argv + mounts + ["--chdir", BWRAP_WORKDIR, "--"]
 
-    def launch(self, box: int, workdir: str, args: list[str]) -> Launch:
-        argv = self._bwrap(workdir)
+    def launch(self, box: int, workdir: str, args: list[str], pid_1: bool = False) -> Launch:
+        argv = self._bwrap(workdir, pid_1)
         if self._root:
             uid = str(self.uid_base + box)
             argv += [

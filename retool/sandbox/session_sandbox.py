@@ -25,6 +25,9 @@ from retool.sandbox.runs import Run
 
 log = logging.getLogger("retool.sandbox")
 
+# How long a closed session's sandbox gets to exit by itself once its processes are killed, before bwrap is killed.
+REAP_GRACE_S = 1.0
+
 
 class SessionSandbox(ControlledSandbox):
     """A session's own long-lived sandbox and interpreter (``inside_session.SESSION``), under the session's own uid.
@@ -41,7 +44,8 @@ class SessionSandbox(ControlledSandbox):
         super().__init__(iso, box, run_dir)
         loop = asyncio.get_running_loop()
         sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
-        launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep])
+        launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep],
+                            pid_1=True)
         self._start(launch, os.open(os.devnull, os.O_RDWR))
         self.ended: asyncio.Future[None] = loop.create_future()
         self.returncode: int | None = None
@@ -166,8 +170,15 @@ class SessionSandbox(ControlledSandbox):
                 await self._freezing
         clean = True
         try:
-            # Also after the interpreter exited on its own: processes it started may still live under its uid.
-            await asyncio.to_thread(self.isolation.kill, self.box, self.proc.pid)
+            # The session's own processes first (also after the interpreter exited on its own: processes it started
+            # may still live under its uid). bwrap then reaps them and exits, and the server reaps bwrap, so the
+            # kernel charges the session's CPU time to the server, where a load test reads it; killing bwrap first
+            # would orphan them and their time.
+            await asyncio.to_thread(self.signal_all, "KILL")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.ended), REAP_GRACE_S)
+            if not self.ended.done():
+                await asyncio.to_thread(self.isolation.kill, self.box, self.proc.pid)
         except (OSError, RuntimeError, ValueError):
             log.exception("could not kill session sandbox %d", self.box)
             clean = False

@@ -13,11 +13,13 @@ A session stays while its client may still use it: an RL trajectory's session is
 next turn, and the agent loop closes it when the trajectory ends. So at most ``max_sessions`` exist, and a new one
 waits for a free box (then 504) rather than evict one. Sessions end without their client's word only when
 something must give: one idle for ``idle_timeout`` seconds (a leak: nobody closed it), and, while the host's
-``MemAvailable`` is below ``memory_floor_mb``, the least recently used idle ones, one at a time until it is above
-again. A session also ends when its interpreter dies (``os._exit``, a signal, the memory or CPU-time limit), or
-when a cell ignores its timeout's interrupt (it is killed). Its sandbox and work dir are then removed and its uid
-swept (for the rlimit tier: processes, the host's /tmp, /dev/shm, /dev/mqueue and IPC objects of that uid) before
-the box is handed to another session; a box whose sweep failed is never reused.
+``MemAvailable`` is below ``memory_floor_mb`` (checked every second and before every new session starts), the least
+recently used idle ones, one at a time until it is above again. That is what happens when more sessions are open
+than the memory a node leaves the sandbox holds: the oldest idle ones give way, never a running cell, and nothing
+waits for the kernel's out-of-memory killer. A session also ends when its interpreter dies (``os._exit``, a signal,
+the memory or CPU-time limit), or when a cell ignores its timeout's interrupt (it is killed). Its sandbox and work
+dir are then removed and its uid swept (for the rlimit tier: processes, the host's /tmp, /dev/shm, /dev/mqueue and IPC
+objects of that uid) before the box is handed to another session; a box whose sweep failed is never reused.
 
 Lost state is never silent: the manager remembers (for the last ``TOMBSTONES`` sessions) why a session ended when
 the client did not close it, and the next call with that ``session_id`` runs in a new, empty session with a note
@@ -220,6 +222,9 @@ class SessionManager:
         """Run the cell; ``box`` (not None when the session has no sandbox) is where its new sandbox starts."""
         note = ""
         if box is not None:
+            # A new interpreter while host memory is below the floor: make room first rather than a second later,
+            # so a burst of new sessions cannot outrun the reaper.
+            await self.relieve_memory()
             try:
                 await self._start(session, spec, box)
             except RuntimeError as exc:

@@ -6,14 +6,20 @@ configs (``+smoke=rl``), sandbox, tool and reward, for bench/learning_signal.py:
 
 - ``--seed S``: another data order and sampling seed (``data.seed``, ``actor_rollout_ref.rollout.seed``);
 - ``--control negated``: GRPO on the negated reward (retool.smoke.controls.negated_score);
-- ``--control wrong_tool``: the tool replies with every printed integer off by one
-  (retool.smoke.controls.WrongResultTool), so answers copied from it score -1.
+- ``--control wrong_tool``: the tool replies with every printed digit shifted by 5
+  (retool.smoke.controls.WrongResultTool), so no tool-using answer is right unless the model computes it itself;
+- ``--control off_by_one_tool``: the tool replies with every printed integer plus one
+  (retool.smoke.controls.OffByOneTool), the former wrong-tool control, kept as a diagnostic: a slip of one makes a
+  tool-using answer right;
+- ``--trainer-mode colocate_async|separate_async``: verl's asynchronous trainers (TRAINER_MODE of the launchers).
 
     python -m retool.smoke.learning_run --sft-model runs/smoke-x/sft_merged --assets .cache/smoke-assets \\
-        --run-dir runs/learning-x [--seed S] [--control negated|wrong_tool] [--steps N] [--val-n K]
+        --run-dir runs/learning-x [--seed S] [--control negated|wrong_tool|off_by_one_tool] [--steps N] [--val-n K] \\
+        [--trainer-mode sync|colocate_async|separate_async]
 
 Writes ``<run-dir>/learning.json``: retool.learning's report on the synthetic validation set (changes with 95%
-intervals, training curve), the run's settings, and when and where it ran (``measured``: start time, host, commit).
+intervals, training curve, the credit GRPO gave tool use), the actor's gradient norm per step, the run's settings, and
+when and where it ran (``measured``: start time, host, commit).
 """
 
 from __future__ import annotations
@@ -32,15 +38,20 @@ from retool.constants import REPO_ROOT
 from retool.learning import report
 from retool.platform.cpu_dtype import host_report
 from retool.sandbox.spawn import running_sandbox
-from retool.smoke.summary import read_log_line, stage_times
+from retool.smoke.summary import read_log_line, read_scalars, stage_times
+from retool.trainer_modes import MODES as TRAINER_MODES
+from retool.trainer_modes import off_policy
 
-CONTROLS = ("negated", "wrong_tool")
 TOOL_CLASS = "retool.tool.CodeInterpreterTool"
 WRONG_TOOL_CLASS = "retool.smoke.controls.WrongResultTool"
+# the controls that swap the recipe's tool for a wrong one: control -> tool class
+TOOL_CONTROLS = {"wrong_tool": WRONG_TOOL_CLASS, "off_by_one_tool": "retool.smoke.controls.OffByOneTool"}
+CONTROLS = ("negated", *TOOL_CONTROLS)
+GRAD_NORM = "actor/grad_norm"  # per step: 0.0 when no group had reward variance (the credit in learning.json)
 
 
-def wrong_tool_config(tool_config: Path, out: Path) -> Path:
-    """Write ``out``: ``tool_config`` (a tool YAML) with the recipe's tool class swapped for WrongResultTool."""
+def wrong_tool_config(tool_config: Path, out: Path, class_name: str = WRONG_TOOL_CLASS) -> Path:
+    """Write ``out``: ``tool_config`` (a tool YAML) with the recipe's tool class swapped for ``class_name``."""
     import yaml
 
     config = yaml.safe_load(tool_config.read_text())
@@ -48,7 +59,7 @@ def wrong_tool_config(tool_config: Path, out: Path) -> Path:
     if not tools or any(t.get("class_name") != TOOL_CLASS for t in tools):
         raise ValueError(f"{tool_config} must list only {TOOL_CLASS} tools to make the wrong-result control of it")
     for tool in tools:
-        tool["class_name"] = WRONG_TOOL_CLASS
+        tool["class_name"] = class_name
     out.write_text(yaml.safe_dump(config, sort_keys=False))
     return out
 
@@ -67,9 +78,9 @@ def overrides(steps: int | None = None, val_n: int | None = None, control: str |
     if control == "negated":
         args += ["reward.custom_reward_function.path=pkg://retool.smoke.controls",
                  "reward.custom_reward_function.name=negated_score"]
-    elif control == "wrong_tool":
+    elif control in TOOL_CONTROLS:
         if wrong_tool_yaml is None:
-            raise ValueError("the wrong_tool control needs the path of its tool YAML")
+            raise ValueError(f"the {control} control needs the path of its tool YAML")
         args.append(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={wrong_tool_yaml}")
     elif control is not None:
         raise ValueError(f"unknown control {control!r}; choose one of {CONTROLS}")
@@ -102,38 +113,58 @@ def measured_now() -> dict[str, Any]:
             "host": host_report(), "commit": checkout_commit()}
 
 
-def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, val_n: int | None = None,
-        control: str | None = None, seed: int | None = None, python: str = sys.executable,
-        timeout_s: float = 3600) -> dict[str, Any]:
-    """Train, then return (and write to run_dir/learning.json) the learning report; RuntimeError if verl failed."""
+def check_inputs(sft_model: Path, assets: Path) -> None:
     for path, what in ((sft_model / "config.json", "--sft-model (a merged SFT model)"),
                        (assets / "data" / "rl_train.parquet", "--assets (retool.smoke.build output)")):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: check {what}")
+
+
+def launch_env(sft_model: Path, assets: Path, run_dir: Path, sandbox_url: str, trainer_mode: str = "sync",
+               python: str = sys.executable) -> dict[str, str]:
+    """The environment of scripts/launch.sh for the smoke's RL stage on ``sft_model`` into ``run_dir``."""
+    env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "PROFILE": assets_profile(assets),
+           "RUN_DIR": str(run_dir), "TRAINER_MODE": trainer_mode, "RETOOL_DATA_DIR": str(assets / "data"),
+           "RETOOL_SFT_MODEL": str(sft_model), "RETOOL_SANDBOX_URL": sandbox_url}
+    env.pop("DRY_RUN", None)
+    return env
+
+
+def launch(sft_model: Path, assets: Path, run_dir: Path, args: list[str], trainer_mode: str = "sync",
+           python: str = sys.executable, timeout_s: float = 3600) -> None:
+    """scripts/launch.sh rl with ``args`` against a sandbox of its own; RuntimeError when verl failed."""
+    with running_sandbox() as sandbox:
+        env = launch_env(sft_model, assets, run_dir, f"{sandbox}/run_code", trainer_mode, python)
+        # The launcher prints the run's compact view (retool.console) on this console; verl's whole output goes to
+        # <run-dir>/logs/rl.log.
+        proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args], cwd=REPO_ROOT, env=env,
+                              timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the RL run exited {proc.returncode} (its last lines are above); full log "
+                           f"{run_dir / 'logs' / 'rl.log'}")
+
+
+def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, val_n: int | None = None,
+        control: str | None = None, seed: int | None = None, python: str = sys.executable,
+        trainer_mode: str = "sync", timeout_s: float = 3600) -> dict[str, Any]:
+    """Train, then return (and write to run_dir/learning.json) the learning report; RuntimeError if verl failed."""
+    check_inputs(sft_model, assets)
     from retool.profiles import get_profile
 
-    profile = assets_profile(assets)
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    wrong_yaml = (wrong_tool_config(get_profile(profile).tool_config_path, run_dir / "tool_wrong_result.yaml")
-                  if control == "wrong_tool" else None)
+    wrong_yaml = (wrong_tool_config(get_profile(assets_profile(assets)).tool_config_path,
+                                    run_dir / "tool_wrong_result.yaml", TOOL_CONTROLS[control])
+                  if control in TOOL_CONTROLS else None)
     args = overrides(steps, val_n, control, seed, wrong_yaml)
     measured = measured_now()
     started = time.monotonic()
-    with running_sandbox() as sandbox:
-        env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "PROFILE": profile, "RUN_DIR": str(run_dir),
-               "RETOOL_DATA_DIR": str(assets / "data"), "RETOOL_SFT_MODEL": str(sft_model),
-               "RETOOL_SANDBOX_URL": f"{sandbox}/run_code"}
-        env.pop("DRY_RUN", None)
-        with open(run_dir / "learning_run.log", "w") as log:
-            proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args],
-                                  cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
-    if proc.returncode != 0:
-        tail = (run_dir / "learning_run.log").read_text()[-3000:]
-        raise RuntimeError(f"the RL run exited {proc.returncode}; log {run_dir / 'learning_run.log'}:\n{tail}")
+    launch(sft_model, assets, run_dir, args, trainer_mode, python, timeout_s)
     result = report(run_dir / "validation", run_dir / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
+    scalars = read_scalars(run_dir / "tensorboard" / "rl")
     result.update(run_settings(run_dir / "rl.resolved.yaml"), control=control, measured=measured,
-                  wall_s=round(time.monotonic() - started, 1))
+                  wall_s=round(time.monotonic() - started, 1), off_policy=off_policy(scalars),
+                  grad_norm=scalars.get(GRAD_NORM, []))
     (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -151,7 +182,8 @@ def from_smoke_run(smoke: Path, assets: Path, out: Path) -> dict[str, Any]:
                 "commit": read_log_line(smoke / "logs" / "commit.txt")}
     result = report(smoke / "validation", smoke / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
     result.update(run_settings(smoke / "rl.resolved.yaml"), control=None, measured=measured,
-                  wall_s=round(end - start, 1), run_dir=str(smoke))
+                  wall_s=round(end - start, 1), run_dir=str(smoke),
+                  grad_norm=read_scalars(smoke / "tensorboard" / "rl").get(GRAD_NORM, []))
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -170,7 +202,8 @@ def run_settings(resolved: Path) -> dict[str, Any]:
             "seed": {"data": config["data"].get("seed"), "rollout": rollout.get("seed")},
             "reward": f"{reward['path']}:{reward['name']}",
             "tool_shaping": (reward.get("reward_kwargs") or {}).get("tool_shaping"),
-            "tool_config": Path(rollout["multi_turn"]["tool_config_path"]).name}
+            "tool_config": Path(rollout["multi_turn"]["tool_config_path"]).name,
+            "trainer_mode": ((config["trainer"].get("v1") or {}).get("trainer_mode") or "sync")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,9 +217,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="samples per held-out prompt at each validation (default: the smoke's)")
     parser.add_argument("--seed", type=int, default=None, help="data order and sampling seed (default: the smoke's)")
     parser.add_argument("--control", choices=CONTROLS, default=None)
+    parser.add_argument("--trainer-mode", choices=TRAINER_MODES, default="sync")
     args = parser.parse_args(argv)
     try:
-        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control, args.seed)
+        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control, args.seed,
+                     trainer_mode=args.trainer_mode)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -3,9 +3,9 @@ verdict (held-out accuracy, tool use and score before vs after RL, with 95% inte
 
     python -m retool.smoke.summary --run-dir runs/smoke-...
 
-Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, logs/host.json, the resolved
-configs, tensorboard/{sft,rl}, sandbox_health.json) and the assets' manifest.json the SFT config points to (what
-pre-training the model had and its cost), and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
+Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, logs/host.json, logs/failures.jsonl,
+the resolved configs, tensorboard/{sft,rl}, sandbox_health.json) and the assets' manifest.json the SFT config points to
+(what pre-training the model had and its cost), and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
 on, so a missing input is reported in the summary (and fails the test), never papered over.
 """
 
@@ -16,6 +16,10 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from retool.failures.limits import read_records, totals_sentence
+from retool.failures.limits import totals as failure_totals
+from retool.trainer_modes import mode_of, off_policy, off_policy_sentence
 
 # verl's tag names, the ones users of the recipe watch.
 SFT_LOSS = "train/loss"
@@ -221,11 +225,14 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "rl": {key: _first_last(rl.get(tag, [])) for key, tag in RL_TAGS.items()},
         "rl_steps": max((len(rl.get(tag, [])) for tag in RL_TAGS.values()), default=0),
         "rl_time": rl_time(run_dir, stages),
+        "trainer_mode": mode_of(configs["rl"]),
+        "off_policy": off_policy(rl),
         "learning": _learning(run_dir, configs["rl"]),
         "validation": {tag: points for tag, points in sorted(rl.items()) if tag.startswith(VAL_PREFIXES)},
         "text_tags": read_text_tags(rl_dir) if rl_dir.is_dir() else [],
         "rl_tags": sorted(rl),
         "sandbox": health,
+        "failures": failure_totals(read_records(run_dir / "logs" / "failures.jsonl")),
     }
     return summary
 
@@ -274,7 +281,9 @@ def render_markdown(s: dict[str, Any]) -> str:
     for tag, points in s["validation"].items():
         if _headline_validation_tag(tag):
             lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
-    lines += ["", rl_time_sentence(s.get("rl_time")) + "."]
+    lines += ["", rl_time_sentence(s.get("rl_time")) + ".", "",
+              off_policy_sentence(s.get("trainer_mode", "sync"), s.get("off_policy")) + ".", "",
+              totals_sentence(s.get("failures") or {}) + "."]
     pretraining = s.get("pretraining")
     if pretraining:
         lines += ["", f"Model: {pretraining_sentence(pretraining)}"]
@@ -282,6 +291,15 @@ def render_markdown(s: dict[str, Any]) -> str:
     if health:
         lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, counters `{json.dumps(health.get('counters'))}`"]
     return "\n".join(lines) + "\n"
+
+
+def render_brief(s: dict[str, Any], markdown: Path) -> str:
+    """The summary in a few lines: the learning verdict and its signals, failures, where the whole summary is."""
+    learning = s.get("learning") or {}
+    lines = [f"Verdict: {accuracy_verdict(learning)}"]
+    lines += [f"  {sentence}" for sentence in learning.get("sentences", []) if not sentence.startswith("acc ")]
+    lines += [totals_sentence(s.get("failures") or {}) + ".", f"The whole summary (times, memory, curves): {markdown}"]
+    return "\n".join(lines)
 
 
 def accuracy_verdict(learning: dict[str, Any]) -> str:
@@ -347,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--performance", type=Path, default=None,
                         help="also write this run's timings as a section of this file (docs/performance.md)")
     parser.add_argument("--label", default=None, help="the section's name, e.g. 'AVX2-only host' (with --performance)")
+    parser.add_argument("--brief", action="store_true",
+                        help="print only the verdicts and where summary.md is (the smoke's console stays short)")
     args = parser.parse_args(argv)
     if args.performance is not None and not args.label:
         parser.error("--performance needs --label")
@@ -357,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     markdown = render_markdown(summary)
     (args.run_dir / "summary.md").write_text(markdown)
-    print(markdown)
+    print(render_brief(summary, args.run_dir / "summary.md") if args.brief else markdown)
     if args.performance is not None:
         from retool.markdown_sections import replace_section, slug
 

@@ -7,9 +7,10 @@ prefixes and ``export VAR=value`` lines (they hold for the rest of the block). E
 repository root. An untagged fence whose commands belong to this project is reported: tag it.
 
 Commands of this project and what is checked:
-- console scripts (pyproject [project.scripts]), ``python -m retool...`` and ``python <script of the repository>``:
-  the options, subcommands and choice/int/float values against the command's own argparse parser, taken without
-  running the command (cli_parsers.py).
+- console scripts (pyproject [project.scripts]), ``python -m retool...``, ``python <script of the repository>`` and
+  a shell script of the repository that hands its arguments to a module (``bash scripts/install_npu.sh`` runs
+  ``python -m retool.npu_install "$@"``): the options, subcommands and choice/int/float values against the command's
+  own argparse parser, taken without running the command (cli_parsers.py).
 - launchers (``./run_*.sh``, ``scripts/launch.sh``): run with ``DRY_RUN=1``, ``PYTHON`` = this interpreter and the
   command's environment assignments; a non-zero exit (Hydra rejects an unknown key, a ``+`` on an existing key, ...)
   is a problem, and so is a ``key=value`` override whose value does not reach the resolved config. One run per
@@ -29,9 +30,14 @@ Quoted numbers: a figure that a page quotes from a generated section of another 
 The last number before the marker on its line must equal a number of that section, after rounding the section's
 number to the quoted decimals (1.2 quotes 1.21; signs are ignored).
 
-Blocks that cannot run here: ``<!-- docs-check: skip (reason) -->`` on the line right before the opening fence, or
-before the line that holds inline commands, skips them. A marker without a reason, or one that marks nothing, is a
-problem.
+Nothing but the launchers' dry runs is ever executed, so a block written for another machine (an NPU node, a host
+that reaches the Hugging Face hub) is checked like any other. Its launcher calls may need values only that machine
+gives: ``<!-- docs-check: elsewhere (reason) -->`` on the line right before the opening fence (or before the line
+with inline commands) lets a launcher's environment hold a placeholder (``MODEL_PATH=<the path the SFT stage
+printed>``), which is then left out of the dry run (the launcher's own DRY_RUN stand-in is used); every argument is
+still checked. ``<!-- docs-check: skip (reason) -->`` skips a block of other tools' commands (``docker run ...``);
+on a block that holds a command of this project it is a problem (use ``elsewhere``: its arguments are still
+checked). A marker without a reason, or one that marks nothing, is a problem.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from typing import NamedTuple
 import yaml
 
 from cli_parsers import NoParser, argument_problems, entry_point_parser, is_placeholder, module_parser, script_parser
-from doc_pages import SHELL_LANGS, Page, Quote, Span, console_commands, read_page
+from doc_pages import ELSEWHERE, SHELL_LANGS, SKIP, Page, Quote, Span, console_commands, read_page
 from retool.markdown_sections import markers as section_markers
 from shell_words import SimpleCommand, simple_commands
 
@@ -66,6 +72,8 @@ LAUNCHER = re.compile(r"\./run_\w+\.sh|(\./)?scripts/launch\.sh")
 COMMON_TOOLS = {"python", "python3", "pip", "pytest", "curl", "git", "bash", "sh", "tensorboard", "ray", "flock", "cd",
                 "ls", "cat", "export", "torchrun"}
 WRAPPERS = {"sudo", "time", "nohup", "exec", "env"}
+# A repository shell script that hands its arguments to a module: `exec "$PYTHON" -m retool.npu_install "$@"`.
+HANDS_OVER = re.compile(r"^\s*(?:exec\s+)?\S+\s+-m\s+(retool(?:\.\w+)*)\b[^\n]*\"\$@\"", re.M)
 FIGURE = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|\.\d)")
 _DRY_RUNS: dict[tuple, subprocess.CompletedProcess] = {}  # one run per distinct launcher call, for the session
 
@@ -92,7 +100,8 @@ class Report:
         return (f"docs-check: {commands} commands checked in {c['pages']} pages ({c['console']} console-script "
                 f"calls, {c['launcher']} launcher dry-runs in {c['runs']} runs, {c['make']} make targets, "
                 f"{c['other']} other tools' commands for their paths); {c['paths']} repository paths and "
-                f"{c['numbers']} quoted numbers checked; {c['skipped']} blocks marked skip")
+                f"{c['numbers']} quoted numbers checked; {c['elsewhere']} blocks for another machine checked "
+                f"without their placeholders, {c['skipped']} blocks of other tools marked skip")
 
 
 class Project:
@@ -124,6 +133,11 @@ class Project:
             head, args = f"./{args[0].removeprefix('./')}", args[1:]
         if LAUNCHER.fullmatch(head):
             return "launcher", head.removeprefix("./"), args
+        script = (args[0] if head in ("bash", "sh") and args else head).removeprefix("./")
+        if script.endswith(".sh") and (self.repo / script).is_file():
+            module = HANDS_OVER.search((self.repo / script).read_text())
+            if module:
+                return "module", module[1], args[1:] if head in ("bash", "sh") else args
         if head == "make":
             return "make", "make", args
         if PYTHON.fullmatch(head) and args:
@@ -209,10 +223,14 @@ class _Checker:
     def page(self, page: Page) -> None:
         self.report.counts["pages"] += 1
         spans = command_spans(page, self.project)
-        skipped = self.skipped_lines(page, spans)
+        marked = self.marked_lines(page, spans)
         for block in page.blocks:
             commands = simple_commands(console_commands(block))
-            if block.line in skipped:
+            if marked.get(block.line) == SKIP:
+                if any(self.project.is_project_command(c) for c in commands):
+                    self.problem(page, block.line - 1, "a skip marker hides commands of this project: mark the block "
+                                                       "<!-- docs-check: elsewhere (reason) --> so their arguments "
+                                                       "are still checked")
                 continue
             if block.lang == "" and any(self.project.is_project_command(c) or _is_tool(c) for c in commands):
                 self.problem(page, block.line, "an untagged fenced block holds commands: tag it ```bash")
@@ -220,31 +238,33 @@ class _Checker:
                 self.problem(page, block.line, "a block of bare Hydra overrides is not checked: show them on a "
                                                "launcher command in a ```bash block (DRY_RUN=1 ./run_... key=value)")
             if block.lang in SHELL_LANGS:
-                self.commands(page, commands, block.first_line - 1)
+                self.commands(page, commands, block.first_line - 1, marked.get(block.line) == ELSEWHERE)
         for span, commands in spans:
-            if span.line not in skipped:
-                self.commands(page, commands, span.line - 1)
+            if marked.get(span.line) != SKIP:
+                self.commands(page, commands, span.line - 1, marked.get(span.line) == ELSEWHERE)
         for quote in page.quotes:
             self.quoted_number(page, quote)
 
-    def skipped_lines(self, page: Page, spans: list) -> set[int]:
-        """Lines whose block or inline commands a valid skip marker covers; bad markers become problems."""
+    def marked_lines(self, page: Page, spans: list) -> dict[int, str]:
+        """{line of a block's fence or of inline commands: the kind of the valid marker before it}; bad markers
+        become problems."""
         fences = {b.line for b in page.blocks}
         command_lines = {span.line for span, _ in spans}
-        skipped = set()
+        marked = {}
         for marker in page.markers:
             if marker.reason is None:
                 self.problem(page, marker.line, f"a docs-check marker without a reason, or misspelt: {marker.text} "
-                                                "(write <!-- docs-check: skip (why it cannot run here) -->)")
+                                                "(write <!-- docs-check: elsewhere (the machine it needs) --> or "
+                                                "<!-- docs-check: skip (why it cannot be checked) -->)")
             elif marker.line + 1 in fences or marker.line + 1 in command_lines:
-                skipped.add(marker.line + 1)
-                self.report.counts["skipped"] += 1
+                marked[marker.line + 1] = marker.kind
+                self.report.counts["skipped" if marker.kind == SKIP else "elsewhere"] += 1
             else:
-                self.problem(page, marker.line, "skip marker marks nothing: put it on the line right before the "
-                                                "opening fence or the line with the inline command")
-        return skipped
+                self.problem(page, marker.line, f"{marker.kind} marker marks nothing: put it on the line right before "
+                                                "the opening fence or the line with the inline command")
+        return marked
 
-    def commands(self, page: Page, commands: list[SimpleCommand], offset: int) -> None:
+    def commands(self, page: Page, commands: list[SimpleCommand], offset: int, elsewhere: bool = False) -> None:
         env: dict[str, str] = {}
         for command in commands:
             line = offset + command.line  # an inline span is one line: its commands are on line 1
@@ -266,7 +286,7 @@ class _Checker:
             if kind in ("console", "module", "script"):
                 self.arguments(page, line, kind, what, args)
             elif kind == "launcher":
-                self.launcher(page, line, what, {**env, **dict(command.env)}, args)
+                self.launcher(page, line, what, {**env, **dict(command.env)}, args, elsewhere)
             elif kind == "make":
                 for target in (a for a in args if not a.startswith("-") and "=" not in a):
                     if target not in self.project.make_targets:
@@ -286,8 +306,11 @@ class _Checker:
         for message in argument_problems(parser, args):
             self.problem(page, line, message)
 
-    def launcher(self, page: Page, line: int, launcher: str, env: dict[str, str], args: tuple[str, ...]) -> None:
+    def launcher(self, page: Page, line: int, launcher: str, env: dict[str, str], args: tuple[str, ...],
+                 elsewhere: bool = False) -> None:
         env = {k: v for k, v in env.items() if k not in ("DRY_RUN", "PYTHON")}
+        if elsewhere:  # a value only the other machine gives: the launcher's DRY_RUN stand-in takes its place
+            env = {k: v for k, v in env.items() if not is_placeholder(v)}
         unknown = [w for w in (*args, *env.values()) if "<" in w or "..." in w]
         if unknown:
             self.problem(page, line, f"{launcher}: placeholder {unknown[0]!r} cannot be dry-run: give a real value "

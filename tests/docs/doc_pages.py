@@ -1,5 +1,5 @@
-"""The Markdown side of the docs check: which pages there are, their fenced blocks, inline code spans, skip markers
-and quoted-number markers, each with its line number.
+"""The Markdown side of the docs check: which pages there are, their fenced blocks, inline code spans, docs-check
+markers (skip, elsewhere) and quoted-number markers, each with its line number.
 
 Pages: README.md, README.zh-CN.md and docs/**/*.md; the Chinese version of README.md is README.zh-CN.md and that of
 docs/<page>.md is docs/zh/<page>.md.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^`\s]*)")
-SKIP = re.compile(r"<!--\s*docs-check:\s*skip\s*(?:\((?P<reason>.*)\))?\s*-->")
+MARKER = re.compile(r"<!--\s*docs-check:\s*(?P<kind>skip|elsewhere)\s*(?:\((?P<reason>.*)\))?\s*-->")
+SKIP, ELSEWHERE = "skip", "elsewhere"
 ANY_DOCS_CHECK = re.compile(r"<!--\s*docs-check\b")
 QUOTE = re.compile(r"<!--\s*from\s+(?P<file>[^#\s]+)#(?P<section>[\w.-]+)\s*-->")
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -42,8 +43,9 @@ class Span:
 @dataclass(frozen=True)
 class Marker:
     line: int
-    reason: str | None  # None: a skip marker without its "(reason)", or an unknown docs-check marker
+    reason: str | None  # None: a marker without its "(reason)", or an unknown docs-check marker
     text: str
+    kind: str = SKIP  # SKIP or ELSEWHERE (doc_commands.py says what each does)
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,9 @@ def read_page(path: Path, name: str) -> Page:
                 open_fence = None
     for index, line in enumerate(prose):
         for marker in ANY_DOCS_CHECK.finditer(line):
-            skip = SKIP.match(line, marker.start())
-            reason = (skip.group("reason") or "").strip() if skip else ""
-            page.markers.append(Marker(index + 1, reason or None, line.strip()))
+            known = MARKER.match(line, marker.start())
+            reason = (known.group("reason") or "").strip() if known else ""
+            page.markers.append(Marker(index + 1, reason or None, line.strip(), known["kind"] if known else SKIP))
         end = 0
         for quote in QUOTE.finditer(line):
             numbers = NUMBER.findall(line[end:quote.start()])

@@ -129,14 +129,34 @@ def test_quoted_numbers_must_match_their_generated_section(tmp_path, project):
 
 def test_skip_markers_need_a_reason_and_something_to_skip(tmp_path, project):
     new, first, report = planted(tmp_path, project, "\n".join([
-        "<!-- docs-check: skip (needs 16 NPU dies and the model weights) -->",
-        "```bash", "retool-eval --no-such-flag", "```", "",
+        "<!-- docs-check: skip (needs the host's Docker and its NPU devices) -->",
+        "```bash", "docker run -itd --name retool --device=/dev/davinci0 image bash", "```", "",
         "<!-- docs-check: skip -->",
         "```bash", "retool-report --logdir runs/x --output report/", "```", "",
         "<!-- docs-check: skip (nothing follows) -->", "", "plain prose", ""]))
     assert report.counts["skipped"] == 1  # the marker without a reason skips nothing
     assert [p.line for p in new] == [first + 5, first + 10], new
     assert "without a reason" in new[0].message and "marks nothing" in new[1].message
+
+
+def test_a_block_for_another_machine_is_checked_without_its_placeholders(tmp_path, project):
+    """An NPU quick start is not skipped: its flags meet the real parsers (a wrapper script's too), and a launcher
+    whose MODEL_PATH only the SFT run gives is dry-run without it. A skip marker may not hide such a block."""
+    new, first, report = planted(tmp_path, project, "\n".join([
+        "<!-- docs-check: elsewhere (needs an Ascend NPU) -->",
+        "```bash",
+        "bash scripts/install_npu.sh --no-verl --dry-rn",
+        "retool-doctor --stage instal --config run_qwen3_4b_dapo_npu.sh",
+        "MODEL_PATH=<the path the SFT stage printed> ./run_qwen3_4b_dapo_npu.sh trainer.save_freq=5",
+        "```", "",
+        "<!-- docs-check: skip (needs an Ascend NPU) -->",
+        "```bash", "retool-data download --source modelscope", "```", ""]))
+    assert report.counts["elsewhere"] == 1 and report.counts["launcher"] == 1
+    assert [(p.line, p.message) for p in new] == [
+        (first + 2, "python -m retool.npu_install: unknown option --dry-rn (did you mean --dry-run?)"),
+        (first + 3, "retool-doctor: --stage 'instal' is not one of install, sft, rl"),
+        (first + 7, "a skip marker hides commands of this project: mark the block <!-- docs-check: elsewhere "
+                    "(reason) --> so their arguments are still checked")]
 
 
 def test_untagged_blocks_of_commands_or_overrides_are_reported(tmp_path, project):

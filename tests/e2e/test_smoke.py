@@ -112,3 +112,13 @@ def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):
     assert summary["peak_host_mem_gb"] and summary["peak_host_mem_gb"] > 1
     pngs = list((run_dir / "report").glob("*.png"))
     assert len(pngs) >= 4 and all(p.stat().st_size > 5000 for p in pngs), pngs
+
+
+def test_failures_were_counted_at_every_step_and_none_happened(run_dir, summary):
+    # the failure accounting ran (retool.failures): a record per training step and per validation batch, all zero
+    failures = summary["failures"]
+    assert failures["train"]["steps"] == summary["rl_steps"] and failures["val"]["steps"] >= 2, failures
+    assert failures["train"]["failed"] == 0 and failures["val"]["failed"] == 0 and failures["stop"] is None, failures
+    scalars = read_scalars(run_dir / "tensorboard" / "rl")
+    assert len(scalars["failures/share"]) == summary["rl_steps"] and "val-failures/share" in scalars
+    assert "Failures: training 0 of" in (run_dir / "summary.md").read_text()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 
@@ -16,3 +19,13 @@ def processes_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return pids
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM the process group a test started (``start_new_session=True``), SIGKILL it after ``timeout`` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -34,14 +34,21 @@ def resolved(launcher: str, *overrides: str, **env: str) -> dict:
 
 @pytest.fixture(scope="module")
 def sft_npu() -> dict:
-    return resolved("run_qwen3_4b_sft_npu.sh", "optim.lr=2e-5", MODEL_PATH="/models/qwen3-4b", DATA_DIR="/data/rt")
+    """A shakedown (SHAKEDOWN=1) of the NPU SFT launch: its paths and overrides are the launch's either way."""
+    return resolved("run_qwen3_4b_sft_npu.sh", "optim.lr=2e-5", MODEL_PATH="/models/qwen3-4b", DATA_DIR="/data/rt",
+                    SHAKEDOWN="1")
+
+
+@pytest.fixture(scope="module")
+def dapo_npu_improved_shakedown() -> dict:
+    return resolved("run_qwen3_4b_dapo_npu.sh", PROFILE="improved", DATA_DIR="", SHAKEDOWN="1")
 
 
 @pytest.fixture(scope="module")
 def dapo_npu() -> dict:
     return resolved("run_qwen3_4b_dapo_npu.sh", "trainer.total_training_steps=130", NNODES="2",
                     MODEL_PATH="/ckpt/sft-merged", DATA_DIR="/data/rt", RETOOL_SANDBOX_URL=SANDBOX,
-                    TENSORBOARD_DIR="/shared/tb/rl")
+                    TENSORBOARD_DIR="/shared/tb/rl", HCCL_CONNECT_TIMEOUT="3000")
 
 
 def test_sft_launcher_passes_extra_overrides_and_paths(sft_npu):
@@ -50,9 +57,9 @@ def test_sft_launcher_passes_extra_overrides_and_paths(sft_npu):
     assert sft_npu["data"]["train_files"] == "/data/rt/retool_sft.parquet"
 
 
-def test_data_dir_defaults_to_the_profile_s_folder():
-    for profile in ("reference", "improved"):
-        cfg = resolved("run_qwen3_4b_dapo_npu.sh", PROFILE=profile, DATA_DIR="")
+def test_data_dir_defaults_to_the_profile_s_folder(dapo_npu_improved_shakedown):
+    reference = resolved("run_qwen3_4b_dapo_npu.sh", PROFILE="reference", DATA_DIR="")
+    for profile, cfg in (("reference", reference), ("improved", dapo_npu_improved_shakedown)):
         assert cfg["data"]["train_files"] == str(REPO / "data" / profile / "dapo_math_17k.parquet")
     proc = dry_run("run_qwen3_4b_dapo_npu.sh", PROFILE="best")
     assert proc.returncode == 2 and "PROFILE=best has no configs/profile/rl/best.yaml" in proc.stderr
@@ -67,9 +74,12 @@ def test_dapo_launcher_passes_extra_overrides_paths_and_nodes(dapo_npu):
 
 def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_env(dapo_npu):
     # Workers of a `ray start` cluster have the raylet's environment; tests/integration/test_ray_runtime_env.py
-    # shows a real worker reading these values from the runtime env.
+    # shows a real worker reading these values from the runtime env, test_node_check_cluster.py a second node's.
+    # configs/device/npu.env's variables go too, with the launching shell's values where it sets them.
     env_vars = dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
-    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX}
+    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX,
+                        "HCCL_CONNECT_TIMEOUT": "3000", "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
+                        "RAY_DEDUP_LOGS": "0"}
 
 
 def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
@@ -107,17 +117,47 @@ def test_multi_node_sft_needs_one_shared_run_dir(tmp_path):
     assert "needs RUN_DIR set to one shared folder" in proc.stderr
 
 
-def test_cuda_launchers_select_the_cuda_profile():
-    sft = resolved("run_qwen3_4b_sft_cuda.sh", "trainer.experiment_name=cuda-check")
+def assert_rl_shakedown(cfg: dict) -> None:
+    """configs/shakedown/rl.yaml's keys: 2 steps, both saved, the first launch ending at step 1's checkpoint, one
+    validation of 8 problems x 2, rollouts dumped."""
+    trainer = cfg["trainer"]
+    assert (trainer["total_training_steps"], trainer["save_freq"], trainer["test_freq"]) == (2, 1, -1)
+    assert trainer["checkpoint_callback_class"] == "retool.shakedown.first_launch.StopAfterFirstCheckpoint"
+    assert trainer["val_before_train"] is True and trainer["rollout_data_dir"].endswith("/rollouts")
+    assert cfg["data"]["val_max_samples"] == 8 and cfg["actor_rollout_ref"]["rollout"]["val_kwargs"]["n"] == 2
+
+
+def test_shakedown_runs_the_npu_launches_own_config_for_a_few_steps(sft_npu, dapo_npu_improved_shakedown):
+    assert sft_npu["trainer"]["total_training_steps"] == 5 and sft_npu["trainer"]["n_gpus_per_node"] == 16
+    assert sft_npu["engine"]["ulysses_sequence_parallel_size"] == 4 and sft_npu["data"]["max_length"] == 16384
+    assert sft_npu["data"]["train_batch_size"] == 64 and sft_npu["trainer"]["save_freq"] == 31
+    cfg = dapo_npu_improved_shakedown
+    assert_rl_shakedown(cfg)
+    rollout = cfg["actor_rollout_ref"]["rollout"]
+    assert (rollout["n"], rollout["tensor_model_parallel_size"], cfg["data"]["train_batch_size"]) == (16, 4, 64)
+    assert cfg["data"]["max_response_length"] == 16384 and cfg["trainer"]["n_gpus_per_node"] == 16
+    assert cfg["actor_rollout_ref"]["actor"]["ulysses_sequence_parallel_size"] == 4
+    assert cfg["reward"]["custom_reward_function"]["reward_kwargs"]["answer_match"] == "normalized"  # the profile's
+
+
+def test_a_shakedown_is_1_or_unset():
+    proc = dry_run("run_qwen3_4b_sft_npu.sh", SHAKEDOWN="yes")
+    assert proc.returncode == 2 and "SHAKEDOWN=yes: expected 1" in proc.stderr
+
+
+def test_cuda_launchers_select_the_cuda_profile_and_take_the_shakedown():
+    sft = resolved("run_qwen3_4b_sft_cuda.sh", "trainer.experiment_name=cuda-check", SHAKEDOWN="1")
     assert sft["trainer"]["device"] == "cuda" and sft["trainer"]["n_gpus_per_node"] == 8
-    assert sft["trainer"]["experiment_name"] == "cuda-check"
-    dapo = resolved("run_qwen3_4b_dapo_cuda.sh", "actor_rollout_ref.rollout.n=8")
+    assert sft["trainer"]["experiment_name"] == "cuda-check" and sft["trainer"]["total_training_steps"] == 5
+    dapo = resolved("run_qwen3_4b_dapo_cuda.sh", "actor_rollout_ref.rollout.n=8", SHAKEDOWN="1")
     assert dapo["trainer"]["device"] == "cuda" and dapo["trainer"]["n_gpus_per_node"] == 8
     assert dapo["actor_rollout_ref"]["rollout"]["n"] == 8
+    assert_rl_shakedown(dapo)
 
 
 def test_smoke_launcher_prints_both_cpu_configs():
-    proc = dry_run("run_smoke_cpu.sh", "trainer.total_training_steps=3", SFT_ARGS="optim.lr=1e-3")
+    # SHAKEDOWN=1 too: its overlay comes after the smoke's (val n 2, not the smoke's 4), a command-line key after both
+    proc = dry_run("run_smoke_cpu.sh", "trainer.total_training_steps=3", SFT_ARGS="optim.lr=1e-3", SHAKEDOWN="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     sft_text, _, dapo_text = proc.stdout.partition("# ---- RL")
     sft, dapo = yaml.safe_load(sft_text), yaml.safe_load(dapo_text.split("\n", 1)[1])
@@ -126,11 +166,17 @@ def test_smoke_launcher_prints_both_cpu_configs():
     assert sft["model"]["override_config"]["attn_implementation"] == "sdpa"
     assert sft["optim"]["lr"] == pytest.approx(1e-3)
     assert dapo["trainer"]["device"] == "cpu" and dapo["trainer"]["total_training_steps"] == 3
+    assert dapo["actor_rollout_ref"]["rollout"]["val_kwargs"]["n"] == 2 and dapo["trainer"]["save_freq"] == 1
+    assert sft["trainer"]["total_training_steps"] == 5
     rollout = dapo["actor_rollout_ref"]["rollout"]
     assert rollout["enforce_eager"] is True and rollout["free_cache_engine"] is False
     assert rollout["enable_sleep_mode"] is False
-    assert dapo["ray_kwargs"]["ray_init"]["num_gpus"] == 1
+    # a placeholder accelerator per resource pool: the trainer's, and separate_async's rollout pool
+    assert dapo["ray_kwargs"]["ray_init"]["num_gpus"] == 2
     assert dapo["algorithm"]["rollout_correction"]["bypass_mode"] is True
+    # the NPU run's start-up filter, not a CPU variant of it (verl caps the workers at the host's cores)
+    assert dapo["data"]["custom_cls"]["name"] == "DistinctPromptFilterDataset"
+    assert dapo["data"]["filter_overlong_prompts_workers"] == 2
 
 
 @pytest.mark.parametrize("launcher", ["run_qwen3_4b_sft_npu.sh", "run_qwen3_4b_dapo_npu.sh"])
@@ -182,19 +228,6 @@ def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
     assert proc.returncode == 1 and "cannot import the recipe and verl" in proc.stderr
 
 
-@pytest.fixture(scope="module")
-def rl_inputs(tmp_path_factory) -> dict:
-    """What a CPU RL launch reads before verl starts: a model folder and RL data of the reference profile."""
-    from retool.data import rl
-    from retool.datasets import dataset_path
-
-    root = tmp_path_factory.mktemp("rl-inputs")
-    (root / "model").mkdir()
-    for name in ("dapo_math_17k", "aime_2025"):
-        rl.prepare(dataset_path("aime2025"), root / f"{name}.parquet", limit=4)
-    return {"DEVICE": "cpu", "MODEL_PATH": str(root / "model"), "DATA_DIR": str(root), "PYTHON": sys.executable}
-
-
 @pytest.mark.parametrize("isolation", ["rlimit", "none"])
 def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
     from retool.sandbox.spawn import running_sandbox
@@ -228,3 +261,18 @@ def test_a_resume_that_would_train_something_else_is_refused(rl_inputs, tmp_path
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "cannot resume" in proc.stderr and "actor_rollout_ref.actor.optim.lr: 2e-06 -> 1e-06" in proc.stderr
     assert not (run_dir / "logs" / "rl.log").exists()
+
+
+def test_rl_refuses_a_reward_manager_that_drops_num_turns_before_anything_starts(rl_inputs, tmp_path):
+    """verl's dapo manager does not pass num_turns: inside the run every trajectory would raise MissingNumTurns and
+    verl would train on over padding. The launch refuses it with the fix, before the sandbox gate, Ray or verl, and
+    leaves no config behind that a later launch of the same RUN_DIR would take for a run to resume."""
+    run_dir = tmp_path / "run"
+    proc = launch("run_qwen3_4b_dapo_npu.sh", "reward.reward_manager.name=dapo",
+                  env={**rl_inputs, "RUN_DIR": str(run_dir), "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "reward.reward_manager.name=dapo: verl's dapo reward manager does not pass the agent loop's num_turns" \
+        in proc.stderr and "Fix: set reward.reward_manager.name=naive" in proc.stderr
+    assert "does not answer" not in proc.stderr  # stopped before the sandbox gate
+    assert not (run_dir / "rl.resolved.yaml").exists() and not (run_dir / "logs" / "rl.log").exists()
+    assert not list(run_dir.glob(".rl.resolved.yaml.*"))

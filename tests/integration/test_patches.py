@@ -165,3 +165,36 @@ def test_0004_training_batches_log_their_reward_fields_only_with_the_patch(trees
     patched = run_in_tree(trees["patched"], code)
     assert patched.returncode == 0, patched.stderr[-2000:]
     assert "metrics [('train-reward/acc/mean', 0.5), ('train-reward/tool_calls/mean', 1.0)]" in patched.stdout
+
+
+def test_0005_separate_async_sets_up_without_hybrid_replicas_only_with_the_patch(trees):
+    """verl 0.9.1's separate_async trainer dies in _setup when hybrid_engine=false (a print keyword passed to
+    logging); patched, it sets up and serves rollout from the standalone pool. The trainer's own _setup, with the
+    worker groups and replicas it would start replaced by stand-ins (no Ray, no devices)."""
+    code = """
+        from types import SimpleNamespace
+        from unittest import mock
+        from omegaconf import OmegaConf
+        import verl.trainer.ppo.v1.trainer_separate_async as m
+        pool = SimpleNamespace(rollout_replicas=[], get_replicas=lambda: ["standalone-0"], server_addresses=[])
+        trainer = object.__new__(m.PPOTrainerSeparateAsync)
+        trainer._enable_hybrid_replicas = False
+        trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prometheus": {"enable": False},
+                                                                               "checkpoint_engine": {}}}})
+        trainer.llm_server_manager, trainer.actor_rollout_wg = pool, None
+        with mock.patch.object(m.PPOTrainer, "_setup", lambda self: None), \\
+                mock.patch.object(m.LLMServerManager, "create", lambda **kwargs: pool), \\
+                mock.patch.object(m, "CheckpointEngineManager", lambda **kwargs: "engine"), \\
+                mock.patch.object(m, "omega_conf_to_dataclass", lambda config: config):
+            try:
+                trainer._setup()
+                print("setup", trainer.current_mode.value)
+            except TypeError as exc:
+                print("failed", exc)
+    """
+    pristine = run_in_tree(trees["pristine"], code)
+    assert pristine.returncode == 0, pristine.stderr[-2000:]
+    assert "failed Logger._log() got an unexpected keyword argument 'flush'" in pristine.stdout, pristine.stdout
+    patched = run_in_tree(trees["patched"], code)
+    assert patched.returncode == 0, patched.stderr[-2000:]
+    assert "setup trainer" in patched.stdout, patched.stdout

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from processes import stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = "http://127.0.0.1:18080/run_code"
@@ -88,12 +89,7 @@ def ray_head():
             pytest.fail("the Ray head did not open its port within 90 s")
         yield address, temp_dir
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # only the processes this fixture started
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+        stop_group(head)  # only the processes this fixture started
 
 
 def _launcher_config() -> dict:

@@ -166,6 +166,10 @@ DIFFERENCES = {
         (f"{AR}.actor.loss_agg_mode", "token-mean", "token-mean per micro-batch, scaled",
          "no 0.9.1 option normalises per micro-batch; token-mean is the closest"),
         ("trainer.max_actor_ckpt_to_keep", 3, None, "disk: the reference kept all 13 saves"),
+        # start-up speed only (bench/overlong_filter.py): the same rows are kept; the reference's filter did not run
+        ("data.custom_cls", {"path": "pkg://retool.rl_dataset", "name": "DistinctPromptFilterDataset"}, None,
+         "verl's overlong-prompt filter once per distinct prompt"),
+        ("data.filter_overlong_prompts_workers", 2, 1, "each filter worker costs seconds to start"),
     ],
     "sft": [
         ("trainer.max_ckpt_to_keep", 2, None, "disk: the reference kept all 6 epochs' checkpoints"),
@@ -235,7 +239,7 @@ def test_the_listed_differences_hold_and_docs_name_them(configs, stage):
 
 
 def test_the_reference_tool_is_the_default_tool():
-    from retool.data.sft import load_tool_schema
+    from retool.tool_yaml import load_tool_schema
 
     tool_yaml = REPO_ROOT / "configs" / "tool.yaml"
     settings = yaml.safe_load(tool_yaml.read_text())["tools"][0]["config"]

@@ -17,6 +17,7 @@ from retool.constants import REPO_ROOT
 from retool.sandbox.spawn import running_sandbox
 from retool.tool import SESSION_ATTRIBUTE, CodeInterpreterTool
 from retool.tool_schema import tool_schema
+from retool.tool_outcomes import PROBLEM_FIELD
 from retool.tool_text import NO_STDOUT
 
 pytestmark = pytest.mark.verl
@@ -48,7 +49,7 @@ async def call(tool: CodeInterpreterTool, code, agent_data=None) -> tuple[str, d
 async def test_verl_loads_each_tool_yaml_and_shows_the_schema_the_sft_data_carries(behaviour, server, monkeypatch):
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from retool.data.sft import load_tool_schema
+    from retool.tool_yaml import load_tool_schema
 
     url, seen = server
     monkeypatch.delenv("RETOOL_SANDBOX_URL", raising=False)
@@ -69,7 +70,7 @@ async def test_a_per_trajectory_yaml_tells_the_model_that_state_persists(tmp_pat
     import yaml
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from retool.data.sft import load_tool_schema
+    from retool.tool_yaml import load_tool_schema
 
     config = yaml.safe_load(TOOL_YAMLS["annotated"].read_text())
     config["tools"][0]["config"].update(session_mode="per_trajectory", sandbox_fusion_url=server[0])
@@ -141,20 +142,27 @@ async def test_each_call_is_counted_into_its_trajectory_for_the_reward(server):
     await tool.execute("id", {"cmd": "print(1)"}, agent_data=agent_data)
     await make_tool(url + "/sandboxerror/run_code").execute("id", {"code": "1"}, agent_data=agent_data)
     assert agent_data.extra_fields == {"max_global_steps": 3, "tool_calls": 5, "tool_ok": 2, "tool_error": 2,
-                                       "tool_truncated": 1, "tool_unavailable": 1}
+                                       "tool_truncated": 1, "tool_unavailable": 1,
+                                       # why the call got no answer, for the failure ledger (retool.failures)
+                                       PROBLEM_FIELD: "runner crashed"}
 
 
 @pytest.mark.parametrize(("behaviour", "expected"), [("annotated", "internal tool error RuntimeError: boom"),
                                                      ("verl_retool", NO_STDOUT)])
-async def test_an_internal_bug_does_not_raise(server, monkeypatch, behaviour, expected):
+async def test_an_internal_bug_does_not_raise_but_is_counted_with_its_traceback(server, monkeypatch, behaviour,
+                                                                                 expected):
     tool = make_tool(server[0], behaviour=behaviour)
 
     async def broken(code, session_id=None):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(tool.client, "run", broken)
-    response, _, metrics = await tool.execute("id", {"code": "1"})
-    assert expected in response.text and metrics["status"] == "unavailable"
+    agent_data = SimpleNamespace(extra_fields={})
+    response, _, metrics = await tool.execute("id", {"code": "1"}, agent_data=agent_data)
+    assert expected in response.text and metrics["status"] == "tool_exception"
+    assert agent_data.extra_fields["tool_exception"] == 1 and agent_data.extra_fields.get("tool_unavailable") is None
+    assert "Traceback" in agent_data.extra_fields[PROBLEM_FIELD] and "RuntimeError: boom" in agent_data.extra_fields[
+        PROBLEM_FIELD]
 
 
 # ---------------------------------------------------------------------------------------------- the embedded sandbox

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from retool.verl_recipe import MARKER, README, RecipeInstallError, install, main
+from retool.verl_recipe import MARKER, README, RecipeInstallError, checkout, install, main
 
 pytestmark = pytest.mark.verl
 
@@ -70,3 +70,34 @@ def test_it_refuses_a_folder_that_is_not_verl_and_files_it_did_not_write(verl_ch
     assert "reference's own launcher" in theirs.read_text()
     install(verl_checkout, force=True)
     assert MARKER in theirs.read_text()
+
+
+def test_a_launcher_copied_by_hand_runs_with_the_installed_recipe(verl_checkout: Path) -> None:
+    """The CANN 样例's habit taken literally: copy the launcher into verl/recipe/retool and run it there. It finds
+    the installed recipe's checkout (retool-verl-recipe checkout) and resolves the run's config through it."""
+    recipe = verl_checkout / "recipe" / "retool"
+    recipe.mkdir(parents=True)
+    copied = recipe / "run_qwen3_4b_sft_npu.sh"
+    copied.write_text((REPO / copied.name).read_text())
+    scripts = str(Path(sys.executable).parent)  # where retool-verl-recipe is installed
+    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": f"{scripts}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", copied.name, "trainer.total_epochs=2"], cwd=recipe, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = yaml.safe_load(proc.stdout)
+    assert config["trainer"]["total_epochs"] == 2
+    assert config["model"]["path"] == str(REPO / "models" / "Qwen3-4B-Instruct-2507")  # the checkout's folders
+    assert config["data"]["train_files"] == str(REPO / "data" / "reference" / "retool_sft.parquet")
+
+    # No installed recipe on PATH: it stops at that line, with the fix, before anything else runs.
+    bare = {**env, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["bash", copied.name], cwd=recipe, env=bare, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"error: {copied.name} is outside the ReTool checkout and no installed recipe is "
+                                   "found: bash scripts/install_npu.sh in the checkout")
+
+
+def test_checkout_names_the_clone_or_says_how_to_install(tmp_path: Path, capsys) -> None:
+    assert main(["checkout"]) == 0 and capsys.readouterr().out.strip() == str(REPO)
+    with pytest.raises(RecipeInstallError, match="not a checkout .*bash scripts/install_npu.sh"):
+        checkout(tmp_path)

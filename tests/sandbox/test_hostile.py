@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from sandbox_helpers import SECRET, descendants, get, processes_with, run, uid_processes
+
+from retool.sandbox.isolation import SANDBOX_ETC
 
 
 def _slot_uids(url: str) -> range | None:
@@ -177,6 +180,42 @@ def test_network_to_host_loopback_is_blocked(bwrap_url):
     assert body["run_result"]["stdout"].startswith("blocked"), body
     assert "no dns" in body["run_result"]["stdout"]
     assert accepted == []
+
+
+@pytest.fixture(params=["bwrap", "bwrap-fresh", "bwrap-nonroot"])
+def bwrap_tier_url(request) -> str:
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_url")
+
+
+LOCALHOST_SERVER = """\
+import http.server, os, threading, urllib.request
+server = http.server.HTTPServer(('localhost', 0), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+for host in ('localhost', '127.0.0.1'):
+    with urllib.request.urlopen(f'http://{host}:{server.server_port}/', timeout=10) as reply:
+        print(host, reply.status)
+for name in ('passwd', 'group', 'resolv.conf', 'nsswitch.conf', 'hostname', 'shadow'):
+    print(name, os.path.exists('/etc/' + name))
+print(open('/etc/hosts').read(), end='')
+"""
+
+
+def test_localhost_is_the_sandboxs_own_loopback(bwrap_tier_url):
+    # A program may serve and query http://localhost:<port> inside its sandbox, as on SandboxFusion; the name comes
+    # from the sandbox's own hosts file, never the host's, and no other host /etc file is there.
+    body = run(bwrap_tier_url, LOCALHOST_SERVER)
+    assert body["status"] == "Success", body
+    lines = body["run_result"]["stdout"].splitlines()
+    assert lines[:2] == ["localhost 200", "127.0.0.1 200"], lines
+    assert lines[2:8] == [f"{name} False" for name in ("passwd", "group", "resolv.conf", "nsswitch.conf",
+                                                       "hostname", "shadow")], lines
+    hosts = "\n".join(lines[8:]) + "\n"
+    assert hosts == (SANDBOX_ETC / "hosts").read_text()
+    entries = [line.split() for line in lines[8:] if line.strip() and not line.startswith("#")]
+    assert entries and all(ipaddress.ip_address(entry[0]).is_loopback for entry in entries)
+    host_names = {name for line in Path("/etc/hosts").read_text().splitlines() if not line.startswith("#")
+                  for name in line.split()[1:]} - {name for entry in entries for name in entry[1:]}
+    assert not host_names & set(hosts.split())  # the host's own names (its hostname, its peers) are not there
 
 
 def test_reading_host_secrets(tier_url):

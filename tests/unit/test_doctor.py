@@ -42,8 +42,10 @@ def test_failing_check_exits_nonzero_with_actionable_line(tmp_path: Path, capsys
     path.write_text(yaml.safe_dump(cfg))
     assert main(["--config", str(path), "--sandbox-url", f"http://127.0.0.1:{free_port()}"]) == 1
     out = capsys.readouterr().out
-    assert f"[FAIL] model: {tmp_path / 'no-model'} does not exist: set MODEL_PATH" in out
-    assert "[FAIL] data: train file" in out and "create them with retool-prepare-rl" in out
+    assert f"[FAIL] model: {tmp_path / 'no-model'} does not exist: RL starts from the SFT model -> run the SFT " \
+           "stage, then set MODEL_PATH" in out
+    assert f"[FAIL] data: {tmp_path / 'no-train.parquet'}, {tmp_path / 'no-val.parquet'} not there -> retool-data " \
+           "download, then retool-data prepare --profile reference --out " in out
     assert "[FAIL] sandbox:" in out and "start it: retool-sandbox serve --host 127.0.0.1" in out
     assert "[ OK ] python:" in out
     assert "failure(s)" in out.splitlines()[-1]
@@ -107,7 +109,7 @@ def test_python_m_retool_doctor_runs_the_checks() -> None:
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert "[FAIL] sandbox: 'localhost:8080' is not an http(s) URL" in proc.stdout
-    assert proc.stdout.splitlines()[-1].startswith("retool-doctor: ") and "failure(s)" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("retool-doctor (install stage): ") and "failure(s)" in proc.stdout
 
 
 def test_launcher_dry_run_is_parsed(tmp_path: Path) -> None:
@@ -142,14 +144,18 @@ def test_packages_against_pins() -> None:
     assert check.status == FAIL
     assert "retool-no-such-package missing (want >=1.0)" in check.message
     assert "pyarrow " in check.message and "(want <1)" in check.message
-    assert "pip install -e '.[cpu]'" in check.message
+    assert check.message.endswith("-> make setup")
+    npu = check_packages({**pins, "extras": {"npu": ["retool-no-such-package>=1.0"]}}, "npu")
+    assert npu.message.endswith("-> bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)")
     assert check_packages({"core": ["pyyaml>=6.0"], "extras": {}, "verl": {}}, "cpu").status == OK
 
 
 def test_patch_status() -> None:
     missing = check_patches(lambda: [("0001-a.patch", True), ("0002-b.patch", False)])
     assert missing.status == FAIL and "not applied: 0002-b.patch" in missing.message
-    assert "python -m retool.verl_install install" in missing.message
+    assert "-> make setup (reinstalls the pinned verl with patches/" in missing.message
+    on_npu = check_patches(lambda: [("0002-b.patch", False)], extra="npu")
+    assert "-> bash scripts/install_npu.sh" in on_npu.message and "never pip install a verl clone" in on_npu.message
     assert check_patches(lambda: [("0001-a.patch", True)]).status == OK
 
     def broken() -> list:

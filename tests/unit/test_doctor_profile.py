@@ -49,7 +49,7 @@ def test_rl_data_against_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyP
     wrong = check_profile_data(cfg, RESOLVED, path)
     assert wrong.status == FAIL
     assert "train_verl_retool.parquet row 0: its prompt has the verl_retool wording, the improved profile writes " \
-           "qwen_boxed; convert it again with --profile improved" in wrong.message
+           "qwen_boxed; convert it again: retool-data prepare --profile improved" in wrong.message
     assert "(checked against the improved profile, PROFILE=improved)" in wrong.message
     monkeypatch.setenv("PROFILE", "bogus")
     unknown = check_profile_data(cfg, RESOLVED, path)

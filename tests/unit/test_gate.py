@@ -1,17 +1,29 @@
-"""retool.sandbox.gate against real sandboxes: bwrap passes, a weaker tier stops an RL launch unless accepted."""
+"""retool.sandbox.gate against real sandboxes: bwrap passes, a weaker tier stops an RL launch unless accepted, and a
+sandbox that answers but runs no program is refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from retool.sandbox.gate import ACCEPT_VARIABLE, isolation_verdict, main
+from retool.sandbox.gate import ACCEPT_VARIABLE, isolation_verdict, main, sandbox_verdict
 from retool.sandbox.spawn import running_sandbox
 
 
 def test_bwrap_passes():
     with running_sandbox(isolation="bwrap", slots=1) as url:
         ok, message = isolation_verdict(url + "/run_code", environ={})
+        ran = sandbox_verdict(url + "/run_code", environ={})
+        assert main([url]) == 0
     assert ok and message.endswith("isolation bwrap")
+    assert ran == (True, f"sandbox {url}: isolation bwrap; ran print(6*7)")
+
+
+def test_a_sandbox_that_runs_no_program_is_refused():
+    # a real server that answers pings and /health but whose run timeout (1 ms) no program meets
+    with running_sandbox(slots=1, default_timeout=0.001, max_timeout=0.001) as url:
+        ok, message = sandbox_verdict(url, environ={})
+        assert isolation_verdict(url, environ={})[0]  # the tier alone would have let it through
+    assert not ok and "did not run print(6*7): outcome timeout" in message and "its log says why" in message
 
 
 @pytest.mark.parametrize("isolation", ["rlimit", "none"])

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from retool.learning import (LearningDataError, main, paired_change, report, t_quantile, training_curve,
-                             validation_changes)
+from retool.learning import (LearningDataError, grpo_advantages, main, paired_change, report, t_quantile,
+                             tool_credit, training_curve, validation_changes)
 
 PROMPTS = [f"What is {i} * 7?" for i in range(12)]
 
@@ -138,3 +138,64 @@ def test_cli_prints_the_verdicts_and_writes_json(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "used_tool 0.250 -> 1.000" in out and ": rose" in out
     assert json.loads((tmp_path / "r.json").read_text())["changes"]["used_tool"]["verdict"] == "rose"
+
+
+def trained(group: str, sample: int, used_tool: float, answer: str, truth: str = "7", reply: str = "7") -> dict:
+    """A training-dump record of verl's v1 trainer: key <uid>_<session>_<output>, the reward's fields."""
+    output = (f"<tool_call>{{}}</tool_call>user\n<tool_response>\n{reply}\n</tool_response>assistant\n"
+              if used_tool else "") + f"\\boxed{{{answer}}}"
+    right = float(answer == truth)
+    return {"input": rendered(f"What is {group}?"), "output": output, "uid": f"{group}_{sample}_0", "pred": answer,
+            "gts": truth, "used_tool": used_tool, "acc": right, "has_answer": 1.0, "score": 1.0 if right else -1.0}
+
+
+def test_tool_credit_counts_only_groups_with_reward_variance_and_who_won_them(tmp_path):
+    # step 1: group a's right answer used the tool (copied from a reply of 7); group b all wrong (advantage 0)
+    # step 2: group c's right answer came without the tool; the reply 6 was changed into the right 7 in group d
+    write_dump(tmp_path, 1, [trained("a", 0, 1.0, "7"), trained("a", 1, 1.0, "8"), trained("a", 2, 0.0, "5"),
+                             trained("a", 3, 0.0, "5"), *(trained("b", k, float(k % 2), "9") for k in range(4))])
+    write_dump(tmp_path, 2, [trained("c", 0, 0.0, "7"), *(trained("c", k, 1.0, "9") for k in (1, 2, 3)),
+                             trained("d", 0, 1.0, "7", reply="6"), *(trained("d", k, 1.0, "6", reply="6")
+                                                                     for k in (1, 2, 3))])
+    credit = tool_credit(tmp_path)
+    first, second = credit["steps"][1], credit["steps"][2]
+    # group a: scores (1, -1, -1, -1) -> advantages (1.5, -0.5, -0.5, -0.5); tool samples 1.5 - 0.5 = +1 over 8
+    assert (first["informative_groups"], first["groups"], first["won"]) == (1, 2, {"tool": 1, "no_tool": 0, "both": 0})
+    assert first["push"] == pytest.approx(1.0 / 8, abs=1e-4)
+    assert (first["right_tool"], first["right_tool_copied"], first["right_no_tool"]) == (1, 1, 0)
+    # group c: three tool samples at -0.5 each; group d: all tool, so it moves no tool use (push 0)
+    assert second["won"] == {"tool": 1, "no_tool": 1, "both": 0} and second["push"] == pytest.approx(-1.5 / 8, abs=1e-4)
+    assert (second["right_tool"], second["right_tool_copied"], second["right_no_tool"]) == (1, 0, 1)
+    total = credit["total"]
+    assert (total["informative_groups"], total["groups"], total["steps_without_gradient"]) == (3, 4, 0)
+    assert total["push"] == pytest.approx(-0.5 / 8, abs=1e-4) and total["tool_samples"] == 11
+    assert (first["one_below"], second["one_below"]) == (0, 3)  # group d's "6": the truth 7 minus one
+
+
+def test_a_run_where_every_answer_is_wrong_has_no_gradient_step(tmp_path):
+    for step in (1, 2):
+        write_dump(tmp_path, step, [trained(g, k, float(k < 2), "5") for g in "ab" for k in range(4)])
+    total = tool_credit(tmp_path)["total"]
+    assert (total["informative_groups"], total["push"], total["steps_without_gradient"]) == (0, 0.0, 2)
+
+
+@pytest.mark.verl
+def test_the_recomputed_advantage_is_verl_s_grpo_advantage():
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    groups = [[1.0, -1.0, -1.0, -1.0], [-1.0] * 4, [1.0, 1.0, -1.0, 1.0], [0.5, -0.3, 1.0, -1.0]]
+    scores = torch.tensor([[s] for group in groups for s in group])
+    index = np.array([str(i) for i, group in enumerate(groups) for _ in group])
+    verl_advantages, _ = compute_grpo_outcome_advantage(scores, torch.ones_like(scores), index)
+    ours = [a for group in groups for a in grpo_advantages(group)]
+    assert verl_advantages.flatten().tolist() == pytest.approx(ours, abs=1e-5)
+
+
+def test_a_dump_without_group_keys_leaves_the_verdict_and_says_why_credit_is_missing(tmp_path):
+    two_validations(tmp_path / "val", 0.25, 1.0)
+    write_dump(tmp_path / "rollouts", 1, [record(q, 1.0, 1.0) for q in PROMPTS])  # no "uid"
+    result = report(tmp_path / "val", tmp_path / "rollouts")
+    assert result["changes"]["used_tool"]["verdict"] == "rose"
+    assert "<uid>_<session>_<output>" in result["tool_credit"]["error"]

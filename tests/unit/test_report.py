@@ -67,6 +67,18 @@ RL_CURVES: dict[str, list[tuple[int, float]]] = {
     "response_length/mean": training([300.0 - 10 * i for i in range(12)]),
     "response_length/clip_ratio": training([0.0] * 12),
     "actor/pg_loss": training([0.1] * 12),
+    # the failure accounting: two trajectories kept out of the loss at step 6 (tool exceptions), else nothing
+    "failures/share": training([0.0] * 5 + [0.0625] + [0.0] * 6),
+    "val-failures/share": validation([0.0, 0.0, 0.0]),
+    "failures/total/tool_exception": training([0.0] * 5 + [2.0] + [0.0] * 6),
+    **{f"failures/total/{cause}": training([0.0] * 12)
+       for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")},
+    # an async trainer mode: one model version behind after step 1, a trajectory resumed across an update at step 4
+    "training/off_policy/trajectory_staleness/mean": training([0.0] + [1.0] * 11),
+    "training/off_policy/trajectory_staleness/max": training([0.0] + [1.0] * 11),
+    "training/off_policy/trajectory_staleness_worst/max": training([0.0] + [1.0] * 2 + [2.0] + [1.0] * 8),
+    "training/off_policy/trajectory_spans/mean": training([1.0] * 3 + [1.125] + [1.0] * 8),
+    "training/off_policy/trajectory_spans/max": training([1.0] * 3 + [2.0] + [1.0] * 8),
 }
 SFT_CURVES: dict[str, list[tuple[int, float]]] = {
     "train/loss": [(s, 3.0 / s) for s in range(1, 21)],
@@ -134,7 +146,8 @@ def check_png(path: Path) -> None:
 def test_one_png_per_question_named_stably(report: tuple[dict, Path]) -> None:
     content, out = report
     names = [p["name"] for p in content["panels"]]
-    assert names == ["accuracy", "tools", "num_turns", "reward", "response_length", "sft_loss"]
+    assert names == ["accuracy", "tools", "num_turns", "reward", "response_length", "failures", "off_policy",
+                     "sft_loss"]
     md = (out / "report.md").read_text()
     for name in names:
         check_png(out / f"{name}.png")
@@ -157,6 +170,12 @@ def test_panels_hold_the_series_of_their_question(figures: dict) -> None:
     assert tags("reward") == [["val-aux/aime_2025/score/mean@4", "val-aux/synthetic_arith/score/mean@4",
                                "critic/rewards/mean"]]
     assert tags("sft_loss") == [["train/loss", "val/loss"]]
+    assert tags("failures") == [["failures/share", "val-failures/share"],
+                                ["failures/total/tool_exception", "failures/total/reward_error",
+                                 "failures/total/agent_loop_error", "failures/total/sandbox_unavailable"]]
+    shares, counts = figures["failures"][0]
+    assert [c.series.tag for c in shares.zero] == ["val-failures/share"]  # zero: named in the note, not drawn
+    assert [c.series.tag for c in counts.curves] == ["failures/total/tool_exception"]
 
 
 def test_tool_outcomes_are_rates_of_calls(report: tuple[dict, Path]) -> None:
@@ -180,10 +199,11 @@ def test_zero_series_are_summarised_not_drawn_or_tabled(report: tuple[dict, Path
     zero = {z["tag"] for p in content["panels"] for z in p["zero"]}
     assert zero == {"val-core/synthetic_arith/acc/mean@4"} | {
         f"val-aux/{s}/{k}/mean@4 / tool_calls" for s in ("aime_2025", "synthetic_arith")
-        for k in ("tool_timeout", "tool_unavailable", "tool_truncated")}
+        for k in ("tool_timeout", "tool_unavailable", "tool_truncated")} | {"val-failures/share"} | {
+        f"failures/total/{cause}" for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")}
     assert not zero & tabled
     md = (out / "report.md").read_text()
-    assert md.count("Zero at every step") == 2
+    assert md.count("Zero at every step") == 3
     assert ("Zero at every step (tags in report.json), so neither drawn nor tabled: aime_2025: calls: timed out, "
             "calls: no sandbox result, calls: output truncated; synthetic_arith: calls: timed out, ") in md
     assert "neither drawn nor tabled: synthetic_arith." in md
@@ -339,7 +359,8 @@ def test_stage_folders_are_read_apart(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "report.md").read_text()
     assert "not read (pass one as --logdir to read it): `" + str(tmp_path / "tb" / "dapo") in md
     # RL panels whose tags the RL folder lacks are listed; the published accuracy too.
-    assert [p["name"] for p in content["not_logged"]] == ["accuracy", "tools", "response_length"]
+    assert [p["name"] for p in content["not_logged"]] == ["accuracy", "tools", "response_length", "failures",
+                                                          "off_policy"]
     assert "- Validation accuracy per data source: no tag among val-core/<data_source>/acc/mean@N" in md
     assert "- published metric `val-core/aime_2025/acc/mean@30`" in md
     # The SFT folder alone: its loss only, and no RL panel reported missing.
@@ -363,3 +384,10 @@ def test_panels_of_a_stage_share_the_step_axis(figures: dict) -> None:
         assert spans[name] == spans["accuracy"], name
         assert -1.5 < spans[name][0] < 0 and 12 < spans[name][1] < 13.5, name
     assert 0 <= spans["sft_loss"][0] < 1 and 20 < spans["sft_loss"][1] < 22
+
+
+def test_off_policy_panel_tables_the_staleness_of_an_async_run(report: tuple[dict, Path]) -> None:
+    rows = rows_by_tag(report[0], "off_policy")
+    assert rows["training/off_policy/trajectory_staleness_worst/max"]["last"] == 1.0
+    assert rows["training/off_policy/trajectory_spans/max"]["start"] == 1.0
+    assert max(r["last"] for r in rows.values()) <= 1.0 and "training/off_policy/trajectory_staleness/mean" in rows

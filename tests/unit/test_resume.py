@@ -43,7 +43,8 @@ def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], tra
 def test_only_keys_that_say_where_things_run_may_differ(tmp_path):
     saved = rl_config(tmp_path)
     moved = rl_config(tmp_path, val_before_train=False)
-    moved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["RETOOL_SANDBOX_URL"] = "http://b:2/run_code"
+    moved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"].update(
+        RETOOL_SANDBOX_URL="http://b:2/run_code", TENSORBOARD_DIR="/shared/tb", HCCL_CONNECT_TIMEOUT="3000")
     assert config_differences(saved, moved) == []
     other = rl_config(tmp_path, save_freq=5)
     other["actor_rollout_ref"]["actor"]["optim"]["lr"] = 2e-6
@@ -122,3 +123,36 @@ def test_an_sft_resume_continues_after_its_checkpoint_without_overrides(tmp_path
     write_events(run_dir / "tensorboard" / "sft", {"train/loss": list(range(1, 41))})
     assert prepare("sft", run_dir, run_dir / "sft.resolved.yaml") == []
     assert sorted(read_event_dir(run_dir / "tensorboard" / "sft")["train/loss"]) == list(range(1, 32))
+
+
+def test_a_resume_takes_the_new_launch_s_worker_environment(tmp_path, capsys):
+    """The crashed run logged to another TensorBoard folder and called sandbox a:1; the resume is launched with
+    sandbox b:2, a new folder and a device variable more: verl's saved config takes all three, nothing else changes,
+    and the crashed run's folder loses the points after the checkpoint."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "rl" / "global_step_2").mkdir(parents=True)
+    (run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt").write_text("2")
+    crashed = rl_config(run_dir)
+    crashed["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["TENSORBOARD_DIR"] = str(tmp_path / "tb-crashed")
+    (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump(crashed))
+    write_events(tmp_path / "tb-crashed", {"critic/rewards/mean": [1, 2, 3], "val-core/x/acc/mean@4": [0, 2]})
+    relaunched = rl_config(run_dir)
+    env_vars = {"RETOOL_SANDBOX_URL": "http://b:2/run_code", "TENSORBOARD_DIR": str(tmp_path / "tb-resumed"),
+                "HCCL_CONNECT_TIMEOUT": "1500"}
+    relaunched["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] = env_vars
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump(relaunched))
+
+    assert prepare("rl", run_dir, new) == ["trainer.val_before_train=False"]
+    saved = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())
+    assert saved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] == env_vars
+    assert {**saved, "ray_kwargs": None} == {**crashed, "ray_kwargs": None}
+    assert sorted(read_event_dir(tmp_path / "tb-crashed")["critic/rewards/mean"]) == [1, 2]
+    err = capsys.readouterr().err
+    assert "[resume] the workers take this launch's RETOOL_SANDBOX_URL: 'http://a:1/run_code' -> " \
+           "'http://b:2/run_code'" in err
+    assert "HCCL_CONNECT_TIMEOUT: '<absent>' -> '1500'" in err and "(1 TensorBoard points logged after it" in err
+    # it crashes again before logging anything; the same launch again: nothing left to take, and step 2's
+    # validation, logged in the first folder, is still found there
+    assert prepare("rl", run_dir, new) == ["trainer.val_before_train=False"]
+    assert "the workers take" not in capsys.readouterr().err

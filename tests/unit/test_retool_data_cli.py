@@ -19,7 +19,7 @@ from retool.data.cli import main
 from retool.data.fetch import ASSETS, DownloadError, check, download, download_call, model_missing_files
 from retool.data.prepare import RL_TRAIN_FILE, RL_VAL_FILE, SFT_FILE
 from retool.data.prompt import ANSWER_INSTRUCTION, VERL_RETOOL_ANSWER_FORMAT
-from retool.data.sft import load_tool_schema
+from retool.tool_yaml import load_tool_schema
 from retool.profiles import check_data, get_profile
 
 PROBLEMS = 4

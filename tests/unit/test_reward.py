@@ -408,5 +408,7 @@ def test_tool_outcomes_in_extra_info_become_reward_fields():
     # what the tool counts into agent_data.extra_fields arrives merged into extra_info (verl's naive manager)
     extra = {"num_turns": 6, "tool_calls": 2, "tool_ok": 1, "tool_timeout": 1, "tool_truncated": 1}
     result = compute_score("aime_2025", CALL + " \\boxed{25}", "25", extra)
-    assert [result[k] for k in OUTCOME_KEYS] == [2.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
-    assert [compute_score("aime_2025", "\\boxed{25}", "25", {"num_turns": 2})[k] for k in OUTCOME_KEYS] == [0.0] * 9
+    expected = {"tool_calls": 2.0, "tool_ok": 1.0, "tool_timeout": 1.0, "tool_truncated": 1.0}
+    assert {k: result[k] for k in OUTCOME_KEYS} == {k: expected.get(k, 0.0) for k in OUTCOME_KEYS}
+    no_call = compute_score("aime_2025", "\\boxed{25}", "25", {"num_turns": 2})
+    assert [no_call[k] for k in OUTCOME_KEYS] == [0.0] * len(OUTCOME_KEYS)

@@ -25,7 +25,8 @@ from retool_data_helpers import (
 
 from retool.data.io import ConversionError, DataSourceError
 from retool.data.prompt import ANSWER_INSTRUCTION
-from retool.data.sft import ToolConfigError, convert_row, load_tool_schema, main, preprocess, user_turn
+from retool.data.sft import convert_row, main, preprocess, user_turn
+from retool.tool_yaml import ToolConfigError, load_tool_schema
 
 QUESTION = "Find the sum of all positive divisors of 36."
 # The reference's user turn for raw_user(QUESTION), written out: what follows the marker with the <answer> tags
@@ -336,3 +337,22 @@ def test_top_level_script_turns_an_unreachable_hub_into_advice(tmp_path, tool_ya
     assert result.returncode == 2, result.stderr
     assert "JoeYing/ReTool-SFT" in result.stderr
     assert "hf download JoeYing/ReTool-SFT --repo-type dataset" in result.stderr and "--input" in result.stderr
+    assert "`retool-data download`" in result.stderr  # the README's command comes first
+
+
+def test_bare_call_reads_the_downloaded_set_and_writes_where_the_sft_launcher_reads(tmp_path, monkeypatch, capsys):
+    """The reference's habit, `python3 retool_sft_preprocess.py` with no arguments: input from data/raw/ReTool-SFT
+    (retool-data download), output to data/reference/retool_sft.parquet (the SFT launcher's default DATA_DIR)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "raw" / "ReTool-SFT").mkdir(parents=True)
+    raw_parquet(tmp_path / "data" / "raw" / "ReTool-SFT" / "train.parquet", [two_call_row()])
+    assert main([]) == 0
+    printed = capsys.readouterr().out
+    written = tmp_path / "data" / "reference" / "retool_sft.parquet"
+    assert "data/raw/ReTool-SFT (train.parquet) -> data/reference/retool_sft.parquet" in printed
+    assert f"PROFILE=reference DATA_DIR={written.parent} ./run_qwen3_4b_sft_npu.sh" in printed
+    assert "retool-data prepare --profile reference" in printed
+    assert pq.read_table(written).to_pylist()[0]["messages"][0]["content"] == REFERENCE_USER
+    assert main(["--profile", "improved"]) == 0  # the improved profile's folder and wording
+    row = pq.read_table(tmp_path / "data" / "improved" / "retool_sft.parquet").to_pylist()[0]
+    assert row["messages"][0]["content"].endswith(ANSWER_INSTRUCTION)

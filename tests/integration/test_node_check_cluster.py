@@ -1,0 +1,145 @@
+"""Every node of a real two-node Ray cluster is checked before step 1 (retool/node_check.py, run by scripts/launch.sh).
+
+On this host: a head (`ray start --head`, 127.0.0.1) and a second node (`ray start --address`, 127.0.0.2, its own
+raylet and resources), each with its own sandbox: the head's at the launch's RETOOL_SANDBOX_URL, the second node's
+named by RETOOL_NODE_SANDBOX_URL in the environment its `ray start` ran with. Both raylets run without the device
+variables of configs/device/cpu.env, as a `ray start` by hand or by a scheduler leaves them.
+
+1. The second node's sandbox is down: the real launcher (DEVICE=cpu, NNODES=2, RAY_ADDRESS) stops before verl with
+   that node's address, its URL, where the URL came from and the fix, while the head passes.
+2. With that sandbox up, every node passes: each ran a program on its own sandbox (each server's request counter)
+   and each node's worker saw the launcher's device variables, through the job's runtime env.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from processes import processes_with, stop_group
+from retool.constants import REPO_ROOT
+from retool.sandbox.client import SandboxClient
+from retool.sandbox.spawn import running_sandbox
+
+pytestmark = pytest.mark.verl
+
+SECOND_NODE = "127.0.0.2"  # all of 127.0.0.0/8 is this host's loopback: a second node address without a network
+DEVICE_VARIABLES = ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+                    "TORCHDYNAMO_DISABLE", "TOKENIZERS_PARALLELISM", "RETOOL_CPU_DTYPE", "OMP_NUM_THREADS")
+TWO_NODES_UP = textwrap.dedent(
+    """
+    import sys, time
+    import ray
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    deadline = time.monotonic() + 90
+    while sum(node["Alive"] for node in ray.nodes()) < 2:
+        if time.monotonic() > deadline:
+            sys.exit("the second node did not join within 90 s")
+        time.sleep(0.5)
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def requests(url: str) -> int:
+    return SandboxClient(url).health()["counters"]["requests"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(environment to reach the cluster with, the second node's sandbox port); both raylets stopped afterwards."""
+    temp_dir = tempfile.mkdtemp(prefix="rt-2n-")  # short: Ray's unix socket paths must stay < 108 bytes
+    port, node_sandbox_port = free_port(), free_port()
+    # A home of their own: a Ray run earlier in the session leaves ~/.ray/auth_token, which a new head would require.
+    env = {key: value for key, value in os.environ.items()
+           if key not in DEVICE_VARIABLES + ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL")}
+    env["HOME"] = temp_dir
+    ray = str(Path(sys.executable).with_name("ray"))
+    common = ["--block", "--num-cpus=1", "--num-gpus=1", "--disable-usage-stats"]
+    nodes = [subprocess.Popen(
+        [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+         f"--temp-dir={temp_dir}", *common],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        deadline = time.monotonic() + 90
+        while not listening(port):
+            assert nodes[0].poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen(
+            [ray, "start", f"--address=127.0.0.1:{port}", f"--node-ip-address={SECOND_NODE}", *common],
+            env={**env, "RETOOL_NODE_SANDBOX_URL": f"http://127.0.0.1:{node_sandbox_port}/run_code"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        joined = subprocess.run([sys.executable, "-c", TWO_NODES_UP, f"127.0.0.1:{port}"], env=env,
+                                capture_output=True, text=True, timeout=180)
+        assert joined.returncode == 0, joined.stderr[-2000:]
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, node_sandbox_port
+    finally:
+        for node in reversed(nodes):
+            stop_group(node, timeout=5)  # only the processes this module started; a test cluster needs no grace
+        for pid in processes_with(temp_dir):  # a Ray process that left the group
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # its sessions' logs and sockets
+
+
+def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_it_has_one(cluster, rl_inputs,
+                                                                                           tmp_path):
+    env, node_sandbox_port = cluster
+    node_url = f"http://127.0.0.1:{node_sandbox_port}/run_code"
+    run_dir = tmp_path / "run"
+    with running_sandbox(slots=1) as head_sandbox:
+        launch = subprocess.run(
+            [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+            env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
+                 "RETOOL_SANDBOX_URL": head_sandbox + "/run_code"})
+        assert launch.returncode == 1, launch.stderr[-3000:]
+        assert f"error: node {SECOND_NODE} failed its check before step 1" in launch.stderr
+        assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in launch.stderr
+        assert "does not answer GET /v1/ping" in launch.stderr
+        assert "start `retool-sandbox serve` on that node" in launch.stderr
+        head = f"worker environment as launched ({{}} variables); sandbox {head_sandbox}/run_code (from " \
+               f"RETOOL_SANDBOX_URL of the launch): sandbox {head_sandbox}: isolation bwrap; ran print(6*7)"
+        assert re.search(r"\[node-check\] [\d.]+: " + re.escape(head).replace(r"\{\}", r"\d+"), launch.stderr)
+        assert not (run_dir / "logs" / "rl.log").exists()  # verl never started
+
+        env_vars = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())["ray_kwargs"]["ray_init"][
+            "runtime_env"]["env_vars"]
+        assert set(DEVICE_VARIABLES) <= set(env_vars)  # what the raylets lack, the launch hands over
+        with running_sandbox(slots=1, port=node_sandbox_port) as node_sandbox:
+            check = subprocess.run([sys.executable, "-m", "retool.node_check", "--config",
+                                    str(run_dir / "rl.resolved.yaml")], env={**env, **rl_inputs},
+                                   capture_output=True, text=True, timeout=300)
+            node_requests = requests(node_sandbox)
+        head_requests = requests(head_sandbox)
+    assert check.returncode == 0, check.stderr[-3000:]
+    passed = dict(re.findall(r"^\[node-check\] ([\d.]+): (.*)$", check.stderr, re.MULTILINE))
+    assert len(passed) == 2 and SECOND_NODE in passed, check.stderr  # the head is on this host's own address
+    for node, url, source in ((next(n for n in passed if n != SECOND_NODE), head_sandbox + "/run_code",
+                               "RETOOL_SANDBOX_URL of the launch"),
+                              (SECOND_NODE, node_url, "RETOOL_NODE_SANDBOX_URL of this node's environment")):
+        assert passed[node].startswith(f"worker environment as launched ({len(env_vars)} variables); sandbox {url} "
+                                       f"(from {source}): "), passed[node]
+        assert passed[node].endswith("isolation bwrap; ran print(6*7); verl, torch and vLLM as on the launching "
+                                     "host"), passed[node]
+    assert node_requests == 1 and head_requests == 2  # each node ran its program on its own sandbox

@@ -33,7 +33,7 @@ test-fast: setup
 	$(PY) -m pytest -m "not slow"
 
 test-shakedown: setup
-	$(PY) -m pytest -m shakedown tests/e2e/test_shakedown.py
+	$(PY) -m pytest -m shakedown tests/e2e/test_shakedown_run.py
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md

@@ -23,7 +23,7 @@ def smoke_run_dir(tmp_path_factory) -> Path:
     run_dir = Path(os.environ.get("E2E_RUN_DIR") or tmp_path_factory.mktemp("smoke") / "run")
     env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
     env.pop("DRY_RUN", None)
-    env.pop("SHAKEDOWN", None)  # the session's smoke is the plain one (test_shakedown.py runs SHAKEDOWN=1)
+    env.pop("SHAKEDOWN", None)  # the session's smoke is the plain one (test_shakedown_run.py runs SHAKEDOWN=1)
     proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=40 * 60)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ accounting, a smoke relabelled as a shakedown (which must have resumed). Every d
 other; the untouched folder passes, says which lines it did not check and why, and projects its own wall time.
 
 Copies cost a second each: the smoke folder is ~50 MB and event files are rewritten with TensorBoard's own record
-reader and writer. A whole SHAKEDOWN=1 run is tests/e2e/test_shakedown.py's (make test-shakedown, not make test).
+reader and writer. A whole SHAKEDOWN=1 run is tests/e2e/test_shakedown_run.py's (make test-shakedown, not make test).
 """
 
 from __future__ import annotations

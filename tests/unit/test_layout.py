@@ -1,10 +1,11 @@
 """The repository's shape, checked: small modules, one client of the /run_code protocol, an architecture page that
-names only modules that exist."""
+names only modules that exist, test files of distinct names."""
 
 from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from pathlib import Path
 
 from retool.constants import REPO_ROOT
@@ -70,3 +71,10 @@ def test_every_module_the_architecture_page_names_exists():
                 missing.append(name)
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
     assert page.count("```mermaid") >= 2, "the page needs its data-flow and module-layout diagrams"
+
+
+def test_no_two_test_files_share_a_name():
+    # tests/ has no __init__.py files, so pytest imports each test file by its bare name: two files of one name in
+    # different folders stop `make test` at collection (each folder alone still runs)
+    names = Counter(path.name for path in (REPO_ROOT / "tests").rglob("test_*.py"))
+    assert not [name for name, n in names.items() if n > 1], names

@@ -1,7 +1,7 @@
 """retool/shakedown/ without a run: the step arithmetic of the projection, the rewind before the resume, the paper
 estimate kept equal to the README's, and a folder that is not a run. The checklist on a real run folder, and planted
 defects in a copy of it, are tests/e2e/test_shakedown_checklist.py's; a whole SHAKEDOWN=1 run is
-tests/e2e/test_shakedown.py's (make test-shakedown)."""
+tests/e2e/test_shakedown_run.py's (make test-shakedown)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def flatten(node, prefix: str = "") -> dict:
 
 @pytest.fixture(scope="module")
 def configs() -> dict[tuple[str, str], dict]:
-    env = {"MODEL_PATH": "/ckpt/sft-merged", "DATA_DIR": "/data/rt", "NNODES": "2"}
+    # one RUN_DIR for every dry run: the default folder is named by the second the launch started
+    env = {"MODEL_PATH": "/ckpt/sft-merged", "DATA_DIR": "/data/rt", "NNODES": "2", "RUN_DIR": "/runs/rl-dry"}
     # sync is asked for the way users get it: TRAINER_MODE unset (empty)
     jobs = {(device, mode): (launcher, {**env, "TRAINER_MODE": "" if mode == "sync" else mode})
             for device, launcher in LAUNCHERS.items() for mode in MODES}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -38,16 +37,12 @@ from retool.constants import REPO_ROOT
 from retool.failures.limits import read_records
 from retool.sandbox.client import SandboxClient
 from retool.sandbox.spawn import running_sandbox
+from ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
 STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scalar_points(event_dir: Path, tag: str) -> Counter:

@@ -11,7 +11,6 @@ tool config lacks it raises the configuration error UnknownTool instead of verl'
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from omegaconf import OmegaConf
 from retool.constants import REPO_ROOT, TOOL_NAME
 from retool.failures.causes import UnknownTool
 from retool.tool_outcomes import PROBLEM_FIELD
+from ports import free_port
 
 pytestmark = pytest.mark.verl
 
@@ -47,9 +47,7 @@ def tool_call(code: str) -> str:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}/run_code"  # nothing listens once the socket closes
+    return f"http://127.0.0.1:{free_port()}/run_code"  # nothing listens on it
 
 
 @pytest.fixture(scope="module")

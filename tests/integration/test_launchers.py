@@ -6,13 +6,13 @@ The reference run's values themselves are held by test_reference_settings.py."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port
 
 pytestmark = pytest.mark.verl
 
@@ -242,9 +242,7 @@ def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
 
 
 def test_rl_refuses_a_sandbox_that_does_not_answer(rl_inputs, tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
                                                    "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"})
     assert proc.returncode == 1 and "does not answer GET /v1/ping" in proc.stderr

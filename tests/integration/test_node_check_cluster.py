@@ -32,6 +32,7 @@ from processes import processes_with, stop_group
 from retool.constants import REPO_ROOT
 from retool.sandbox.client import SandboxClient
 from retool.sandbox.spawn import running_sandbox
+from ports import free_port
 
 pytestmark = pytest.mark.verl
 
@@ -51,11 +52,6 @@ TWO_NODES_UP = textwrap.dedent(
     """
 )
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening(port: int) -> bool:

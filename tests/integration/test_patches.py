@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from retool import verl_install
+from ports import free_port
 
 pytestmark = pytest.mark.verl
 
@@ -37,11 +37,6 @@ def trees(tmp_path_factory) -> dict[str, Path]:
     verl_install.apply_patches(patched, verl_install.patch_files())
     return {"pristine": pristine, "patched": patched}
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_in_tree(tree: Path, code: str, **env: str) -> subprocess.CompletedProcess:

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from processes import stop_group
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = "http://127.0.0.1:18080/run_code"
@@ -55,17 +56,12 @@ def _own_home(temp_dir: str) -> dict[str, str]:
     return {"HOME": temp_dir}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def ray_head():
     """A one-node Ray cluster whose raylet has other values for the variables under test; stopped afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="rt-ray-")  # short: Ray's unix socket paths must stay < 108 bytes
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **_own_home(temp_dir), "RETOOL_SANDBOX_URL": "http://raylet-env:1/run_code",
            "TENSORBOARD_DIR": "/raylet/tb"}
     ray = str(Path(sys.executable).with_name("ray"))

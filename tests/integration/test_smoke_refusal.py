@@ -11,12 +11,8 @@ import sys
 import time
 
 from retool.constants import REPO_ROOT
+from ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_smoke_refuses_a_weak_sandbox_before_its_first_stage(tmp_path, host_note):

@@ -4,7 +4,6 @@ resolved RL config, a tool YAML in either session mode, and a free loopback port
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,8 +73,3 @@ def tool_yaml(path: Path, session_mode: str) -> Path:
         tool["config"]["session_mode"] = session_mode
     return write_yaml(path, data)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from doctor_helpers import (QWEN3_4B, REPO, clear_run_choices, free_port, resolved_rl_config, rl_parquet,
+from ports import free_port
+from doctor_helpers import (QWEN3_4B, REPO, clear_run_choices, resolved_rl_config, rl_parquet,
                             tiny_model_dir)
 
 from retool.doctor.checks import FAIL, OK, SKIP, WARN

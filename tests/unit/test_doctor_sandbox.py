@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from doctor_helpers import (clear_run_choices, free_port, resolved_rl_config, rl_parquet, tiny_model_dir, tool_yaml,
+from ports import free_port
+from doctor_helpers import (clear_run_choices, resolved_rl_config, rl_parquet, tiny_model_dir, tool_yaml,
                             write_yaml)
 
 from retool.doctor.checks import FAIL, OK, SKIP, WARN

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from doctor_helpers import REPO, clear_run_choices, free_port, tiny_model_dir
+from ports import free_port
+from doctor_helpers import REPO, clear_run_choices, tiny_model_dir
 
 import retool.doctor.cli as doctor_cli
 from retool.doctor.checks import FAIL, NEXT, OK, Check

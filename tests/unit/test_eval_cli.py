@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +15,7 @@ from retool.data import rl
 from retool.datasets import dataset_path
 from retool.eval.cli import build_metrics, check_sandbox, cli_overrides, compose_config, main, parse_args, write_tool_config
 from retool.eval.problems import EvalError, load_problems
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 AIME25 = dataset_path("aime2025")
@@ -128,9 +128,7 @@ def test_dead_sandbox_fails_before_the_model_loads(tmp_path: Path, capsys: pytes
     model.mkdir()
     (model / "config.json").write_text("{}")
     data = rl_rows(tmp_path / "d.parquet", [row("a")])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = main(["--model", str(model), "--data", str(data), "--sandbox-url", f"http://127.0.0.1:{port}",
                  "--output", str(tmp_path / "out")])
     assert code == 2

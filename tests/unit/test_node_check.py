@@ -17,12 +17,11 @@ from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
 from retool.sandbox.client import SandboxClient
 from retool.sandbox.spawn import running_sandbox
+from ports import free_port
 
 
 def dead_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}/run_code"
+    return f"http://127.0.0.1:{free_port()}/run_code"
 
 
 def config(tmp_path: Path, sandbox_url: str, nnodes: int = 1) -> Path:

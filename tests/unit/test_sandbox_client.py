@@ -5,7 +5,6 @@ benchmark and the tests share."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -21,15 +20,10 @@ from retool.sandbox.client import (
     run_code_url,
 )
 from retool.sandbox.spawn import running_sandbox
+from ports import free_port
 
 FAST = ClientPolicy(run_timeout=5, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=2, retry_backoff_s=0.05,
                     reconnect_budget_s=0.3)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:  # free a moment ago, no listener now
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_urls_normalise_one_way():

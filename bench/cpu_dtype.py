@@ -60,9 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "| dtype | seconds |", "|---|---|",
         *(f"| {dtype} | {value:.3f} |" for dtype, value in seconds.items()), "",
         f"bf16 / fp32 = {seconds['bfloat16'] / seconds['float32']:.2f}; faster here: {faster}. "
-        f"The rule picks {host['dtype']} ({host['dtype_reason']})"
-        + ("; it reads /proc/cpuinfo, which the ISA limits above do not change: on a CPU that really lacks "
-           "native bf16 it picks float32." if limits else "."), ""])
+        f"The rule picks {host['dtype']} ({host['dtype_reason']}).", ""])
     replace_section(args.output, f"cpu-dtype-{slug(args.label)}", section)
     print(section)
     return 0

@@ -55,8 +55,8 @@ def first_sandbox(facts: dict) -> str:
     counts = facts.get("first_sandbox_requests")
     if not counts:
         return ""
-    return (f" (the crashed run's sandbox stayed up: {counts['at_kill']} requests before the kill, "
-            f"{counts['at_end'] - counts['at_kill']} from the resumed run)")
+    return (f" (the crashed run made {counts['first_launch']} requests to its sandbox; a fresh sandbox on that URL "
+            f"counted {counts['during_resume']} from the resumed run)")
 
 
 def main(argv: list[str] | None = None) -> int:

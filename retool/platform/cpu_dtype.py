@@ -5,7 +5,8 @@ run them ~60x slower than fp32: the smoke's SFT took 235 s per step instead of ~
 two are close (bench/cpu_dtype.py; docs/performance.md). So the rule is the CPU's flags, not a guess:
 
 - ``bfloat16`` when /proc/cpuinfo lists ``avx512_bf16`` or ``amx_bf16`` (x86) or ``bf16`` (aarch64, e.g. Kunpeng 920B);
-- ``float32`` otherwise.
+- ``float32`` otherwise, and also when ``ONEDNN_MAX_CPU_ISA`` holds oneDNN below AVX512_CORE_BF16 (the way a newer
+  CPU is made to behave like an AVX2-only one: its flags still say bf16, its matrix products no longer do).
 
 ``RETOOL_CPU_DTYPE=bfloat16|float32`` overrides the rule. configs/device/cpu.env exports the choice as
 RETOOL_CPU_DTYPE, the CPU overlays (configs/device/*/cpu.yaml) read it for the trainer's mixed precision and vLLM,
@@ -26,6 +27,8 @@ from pathlib import Path
 DTYPES = ("bfloat16", "float32")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "bf16")  # what docs/performance.md states
+# oneDNN's ISA caps without bf16 dot products (oneDNN's ONEDNN_MAX_CPU_ISA names, upper case)
+ONEDNN_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -38,13 +41,17 @@ def cpu_flags(cpuinfo: str) -> set[str]:
     return flags
 
 
-def choose_dtype(flags: set[str], override: str | None = None) -> tuple[str, str]:
-    """(dtype, reason) for a CPU with these flags; ``override`` (RETOOL_CPU_DTYPE) wins when set."""
+def choose_dtype(flags: set[str], override: str | None = None, onednn_cap: str | None = None) -> tuple[str, str]:
+    """(dtype, reason) for a CPU with these flags under ``onednn_cap`` (ONEDNN_MAX_CPU_ISA); ``override``
+    (RETOOL_CPU_DTYPE) wins when set."""
     if override:
         if override not in DTYPES:
             raise ValueError(f"RETOOL_CPU_DTYPE must be one of {', '.join(DTYPES)}, got {override!r}")
         return override, "set by RETOOL_CPU_DTYPE"
     native = sorted(flags.intersection(NATIVE_BF16_FLAGS))
+    if native and onednn_cap and onednn_cap.upper() in ONEDNN_CAPS_WITHOUT_BF16:
+        return "float32", (f"ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below AVX512_CORE_BF16: bf16 would be "
+                           f"emulated although the CPU has {', '.join(native)}")
     if native:
         return "bfloat16", f"the CPU computes bf16 natively ({', '.join(native)})"
     return "float32", "the CPU has no native bf16 (no avx512_bf16 / amx_bf16 / bf16 flag): bf16 would be emulated"
@@ -59,7 +66,8 @@ def _cpuinfo(cpuinfo_path: Path) -> str:
 
 def host_dtype(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> tuple[str, str]:
     """(dtype, reason) for this host."""
-    return choose_dtype(cpu_flags(_cpuinfo(cpuinfo_path)), os.environ.get("RETOOL_CPU_DTYPE") or None)
+    return choose_dtype(cpu_flags(_cpuinfo(cpuinfo_path)), os.environ.get("RETOOL_CPU_DTYPE") or None,
+                        os.environ.get("ONEDNN_MAX_CPU_ISA") or None)
 
 
 def host_report(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> dict[str, object]:

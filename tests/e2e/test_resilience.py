@@ -4,8 +4,9 @@
    RUN_DIR): it restarts at step 3 from the step-2 checkpoint, its steps draw exactly the prompts the uninterrupted
    smoke run drew at those steps (verl's rollout dumps), it finishes, and TensorBoard holds every step once.
    The resume is launched with another sandbox (B, another port) and another TensorBoard folder, as after a move
-   to other hosts: its workers call B (B's request counter) and never the crashed run's sandbox A, which stays up
-   to count any call; the resumed steps land in the new folder.
+   to other hosts: its workers call B (B's request counter) and never the crashed run's URL, where a fresh sandbox
+   A' (started once the crashed run is gone, so calls that run left in flight cannot be counted late) counts any
+   call; the resumed steps land in the new folder.
 2. The sandbox stops while the resumed run rolls out step 4 and comes back about 10 s later: the run completes,
    the calls that got no answer are counted (train-reward/tool_unavailable) and their trajectories kept out of the
    loss (train-reward/trajectory_masked), and nothing hangs. The recipe's failure accounting counts each of them
@@ -144,7 +145,7 @@ def runs(setting) -> dict:
     dumps = run_dir / "rollouts"
     outage: dict = {}
     started = time.monotonic()
-    with running_sandbox(port=port) as url_a:  # the first launch's; up until the end, to count any later call
+    with running_sandbox(port=port) as url_a:  # the first launch's
         first = start(setting, log)
         wait_for(lambda: (dumps / f"{KILL_AFTER}.jsonl").is_file(), first, 900, f"step {KILL_AFTER}", log)
         os.killpg(first.pid, signal.SIGKILL)  # the launcher, verl, Ray and vLLM: the whole process group
@@ -156,7 +157,10 @@ def runs(setting) -> dict:
         for pid in leftovers:  # only what this test started (its own Ray temp dir)
             os.kill(pid, signal.SIGKILL)
         killed_at = max(int(p.stem) for p in dumps.glob("*.jsonl"))
-        a_at_kill = requests(url_a)
+        a_first_launch = requests(url_a)
+    # A fresh server on the crashed run's URL, up until the end: any request it counts came from the resume. (The
+    # crashed run's calls still in A's socket buffers when it died were counted late by A: 43 -> 48 once in CI.)
+    with running_sandbox(port=port) as url_a:
         resumed_from = time.time()
         with running_sandbox(port=port_b) as url:
             second = start(setting, log, RETOOL_SANDBOX_URL=f"{url}/run_code",
@@ -176,10 +180,10 @@ def runs(setting) -> dict:
                 os.killpg(second.pid, signal.SIGKILL)
                 pytest.fail(f"the resumed run hung; log tail:\n{log.read_text()[-4000:]}")
             health_after = SandboxClient(url).health()
-        a_at_end = requests(url_a)
+        a_during_resume = requests(url_a)
     result = {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
               "health_before": health_before, "health_after": health_after, "outage": outage,
-              "sandbox_a_requests": {"at_kill": a_at_kill, "at_end": a_at_end}}
+              "sandbox_a_requests": {"first_launch": a_first_launch, "during_resume": a_during_resume}}
     if second.returncode == 0:  # what bench/resilience.py renders into docs/performance.md
         write_facts(setting, result, started)
     return result
@@ -223,8 +227,8 @@ def test_every_step_draws_the_uninterrupted_run_s_prompts(setting, runs):
 
 def test_the_resumed_run_calls_the_sandbox_it_was_launched_with(runs):
     a = runs["sandbox_a_requests"]
-    assert a["at_kill"] > 0  # the first launch called A
-    assert a["at_end"] == a["at_kill"], "the resumed run's workers called the crashed run's sandbox, not the new one"
+    assert a["first_launch"] > 0  # the first launch called A
+    assert a["during_resume"] == 0, "the resumed run's workers called the crashed run's sandbox URL, not the new one"
     assert runs["health_before"]["counters"]["requests"] > 0 and runs["health_after"]["counters"]["requests"] > 0
     assert "[resume] the workers take this launch's RETOOL_SANDBOX_URL" in runs["log"]
 

@@ -28,6 +28,26 @@ def test_rule_follows_the_native_bf16_flags(cpuinfo, dtype):
     assert ("natively" in reason) == (dtype == "bfloat16")
 
 
+@pytest.mark.parametrize(("cap", "dtype"), [("AVX2", "float32"), ("avx512_core", "float32"),
+                                           ("AVX512_CORE_BF16", "bfloat16"), ("AVX512_CORE_AMX", "bfloat16"),
+                                           (None, "bfloat16")])
+def test_a_onednn_cap_below_bf16_gives_float32_on_a_bf16_cpu(cap, dtype):
+    chosen, reason = choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), None, cap)
+    assert chosen == dtype
+    if dtype == "float32":
+        assert reason.startswith(f"ONEDNN_MAX_CPU_ISA={cap} holds oneDNN below AVX512_CORE_BF16")
+    assert choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), "bfloat16", cap)[0] == "bfloat16"  # the override still wins
+
+
+def test_host_report_under_an_avx2_cap(tmp_path, monkeypatch):
+    monkeypatch.delenv("RETOOL_CPU_DTYPE", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    path = tmp_path / "cpuinfo"
+    path.write_text(EPYC_GENOA)
+    report = host_report(path)
+    assert report["dtype"] == "float32" and report["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def test_override_wins_and_a_bad_one_names_the_variable():
     assert choose_dtype(cpu_flags(EPYC_MILAN), "bfloat16") == ("bfloat16", "set by RETOOL_CPU_DTYPE")
     with pytest.raises(ValueError, match="RETOOL_CPU_DTYPE must be one of bfloat16, float32, got 'bf16'"):

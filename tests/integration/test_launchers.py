@@ -274,3 +274,23 @@ def test_rl_refuses_a_reward_manager_that_drops_num_turns_before_anything_starts
     assert "does not answer" not in proc.stderr  # stopped before the sandbox gate
     assert not (run_dir / "rl.resolved.yaml").exists() and not (run_dir / "logs" / "rl.log").exists()
     assert not list(run_dir.glob(".rl.resolved.yaml.*"))
+
+
+@pytest.mark.parametrize("stage, module, overrides", [
+    ("sft", "verl.trainer.sft_trainer", ["device/sft=npu", "profile/sft=improved", "trainer.total_training_steps=3"]),
+    ("rl", "verl.trainer.main_ppo", ["device/rl=cuda", "profile/rl=improved", "trainer_mode/rl=separate_async",
+                                     "+shakedown=rl", "+ray_kwargs.ray_init.runtime_env.env_vars.X='a b'"]),
+])
+def test_the_launchers_composer_prints_what_verl_s_entry_point_prints(stage, module, overrides):
+    # DRY_RUN and the resolve step compose with retool.compose (no verl import); the run itself is verl's module.
+    args = ["--config-path", str(REPO / "configs"), "--config-name", stage, *overrides, "--cfg", "job", "--resolve"]
+    printed = {}
+    for entry in (module, "retool.compose"):
+        proc = subprocess.run([sys.executable, "-m", entry, *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "RETOOL_DATA_DIR": "/data/rt"})
+        assert proc.returncode == 0, f"{entry}: {proc.stderr[-3000:]}"
+        printed[entry] = proc.stdout
+    assert printed["retool.compose"] == printed[module] and len(printed[module].splitlines()) > 200
+    broken = subprocess.run([sys.executable, "-m", "retool.compose", *args[:4], "no.such.key=1", "--cfg", "job"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert broken.returncode != 0 and "no.such.key" in broken.stderr

@@ -85,7 +85,7 @@ def ray_head():
             pytest.fail("the Ray head did not open its port within 90 s")
         yield address, temp_dir
     finally:
-        stop_group(head)  # only the processes this fixture started
+        stop_group(head, timeout=5)  # only the processes this fixture started; a test cluster needs no grace
 
 
 def _launcher_config() -> dict:

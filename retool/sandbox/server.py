@@ -32,7 +32,7 @@ from aiohttp import web
 from retool.sandbox.config import ServerConfig
 from retool.sandbox.executor import Executor, RunOutcome, RunSpec, preimport_spec
 from retool.sandbox.isolation import Interpreter
-from retool.sandbox.uids import reserve_uids
+from retool.sandbox.uids import kill_leftovers, reserve_uids
 from retool.sandbox.protocol import SESSION_ID, RequestError, parse_run_request, parse_session_id, run_response
 from retool.sandbox.sessions import SessionManager, SessionsFull
 from retool.sandbox.tier_choice import choose_isolation
@@ -236,6 +236,11 @@ async def serve(cfg: ServerConfig) -> None:
     """Pick the isolation tier, listen, print the ready line, and run until SIGTERM/SIGINT."""
     interpreter = await asyncio.to_thread(Interpreter.probe, cfg.python)
     uid_base, uid_lock = reserve_uids(cfg.uid_count, cfg.uid_base)
+    if uid_lock is not None:
+        left = await asyncio.to_thread(kill_leftovers, uid_base, cfg.uid_count)
+        if left:
+            log.warning("killed %d processes that a server which held uids %d.. before left running: %s", len(left),
+                        uid_base, "; ".join(left[:10]))
     _raise_open_files_limit(cfg)
     executor, notes = await choose_isolation(
         cfg.isolation, interpreter, ceiling=cfg.ceiling(), uid_base=uid_base, work_root=cfg.work_root,

@@ -27,7 +27,7 @@ import re
 import stat
 import time
 
-from retool.sandbox.isolation import IsolationUnavailable
+from retool.sandbox.isolation import IsolationUnavailable, kill_uid
 
 HIGH_UIDS = range(0x70000000, 0x7FFE0000)
 LOW_UIDS = range(61000, 65534)
@@ -56,6 +56,32 @@ def reserve_uids(count: int, base: int | None = None, lock_dir: str = LOCK_DIR) 
         return first, fd
     finally:
         os.close(registry)  # releases the registry lock
+
+
+def kill_leftovers(first: int, count: int) -> list[str]:
+    """Kill every process whose real uid is in ``first .. first+count-1``; returns ``"<pid> uid <uid>: <command>"``
+    for each.
+
+    Called by a server once it holds the range, so no live server owns these uids: whatever runs as them was left
+    by a server that held the range before and exited while its programs lived on. Left alone they would count
+    against the new server's sandboxes (RLIMIT_NPROC is per uid) and be hit by its uid sweeps mid-run.
+    """
+    found: list[tuple[int, str]] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as fh:
+                uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+            if first <= uid < first + count:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    command = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                found.append((uid, f"{entry.name} uid {uid}: {command[:200]}"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue  # it exited meanwhile
+    for uid in sorted({uid for uid, _ in found}):
+        kill_uid(uid)
+    return [line for _, line in found]
 
 
 def _private_dir(path: str) -> None:

@@ -19,7 +19,7 @@ from retool.sandbox.isolation import BwrapIsolation, Interpreter, IsolationUnava
 from retool.sandbox.plumbing import CappedBuffer
 from retool.sandbox.protocol import RequestError, parse_run_request
 from retool.sandbox.server import SlotPool
-from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, reserve_uids
+from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, kill_leftovers, reserve_uids
 
 
 def test_capped_buffer_keeps_head_and_counts_the_rest():
@@ -268,3 +268,31 @@ def test_fork_server_ready_report_is_checked():
     assert not required_broken.ok and "could not preimport numpy: ImportError: boom" in required_broken.start_error
     threaded = check("numpy", "numpy\0\0\0" + "3")
     assert not threaded.ok and "runs 3 threads" in threaded.start_error and "unsafe" in threaded.start_error
+
+
+def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("uids are reserved only by a root server")
+    import subprocess
+
+    first = HIGH_UIDS.stop - 64  # far above the ranges that servers of this suite reserve
+    orphans = [subprocess.Popen(["sleep", "300"], user=first + k, group=first + k, extra_groups=[]) for k in (3, 7)]
+    outsider = subprocess.Popen(["sleep", "300"], user=first + 20, group=first + 20, extra_groups=[])
+    try:
+        left = kill_leftovers(first, 10)
+        assert sorted(line.split()[0] for line in left) == sorted(str(p.pid) for p in orphans), left
+        assert all(line.endswith(": sleep 300") for line in left), left
+        assert [p.wait(timeout=10) for p in orphans] == [-9, -9]
+        assert outsider.poll() is None  # a uid outside the range is not touched
+        assert kill_leftovers(first, 10) == []
+        # the same through a server that takes that range
+        orphan = subprocess.Popen(["sleep", "300"], user=first + 5, group=first + 5, extra_groups=[])
+        orphans.append(orphan)
+        from retool.sandbox.spawn import running_sandbox
+
+        with running_sandbox(uid_base=first, slots=1, max_sessions=8) as url:
+            assert orphan.wait(timeout=10) == -9 and url
+    finally:
+        for proc in (*orphans, outsider):
+            proc.kill()
+            proc.wait()

@@ -26,7 +26,8 @@ def register_verl_configs() -> None:
         raise SystemExit("retool.compose: verl is not installed in this Python (scripts/setup.sh installs it)")
     init = Path(spec.origin).parent / "trainer" / "config" / "__init__.py"
     # the package's spec with its file loader (which reads its resources), the module itself never executed
-    module_spec = importlib.util.spec_from_file_location(VERL_CONFIGS, init, submodule_search_locations=[])
+    module_spec = importlib.util.spec_from_file_location(VERL_CONFIGS, init,
+                                                         submodule_search_locations=[str(init.parent)])
     module = importlib.util.module_from_spec(module_spec)
     sys.modules.setdefault(VERL_CONFIGS, module)
 

@@ -7,7 +7,7 @@
 #                       trainer mode (~70 min; docs/performance.md)
 # make bench-async      sync vs colocate_async vs separate_async side by side, and resume in the async modes (~40 min)
 # make bench-filter     the overlong-prompt filter at start-up on 1,791,700 DAPO-shaped rows: verl's at 1 and 2 workers,
-#                       then the configured one (~1.5 h on 2 cores; docs/performance.md)
+#                       then the configured one (56 min on 2 cores, data already generated; docs/performance.md)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -122,9 +122,9 @@ def _dtypes_this_host_runs() -> list[str]:
 @pytest.mark.parametrize("dtype", _dtypes_this_host_runs())
 def test_0003_weight_sync_into_vllm_cpu_lands_the_new_weights(tmp_path, dtype, host_note):
     """The patched sync (vLLM's layer-wise reload) lands new weights in each dtype a run on this host uses: the
-    engine then answers exactly as one loaded from those weights does. Whether the unpatched in-place load also lands depends on
-    the host and dtype (vLLM packs a Linear layer for oneDNN and drops its `weight` when oneDNN can build a kernel for
-    that dtype: fp32 everywhere, bf16 only with native bf16), so that is reported, not asserted."""
+    engine then answers exactly as one loaded from those weights does. Whether the unpatched in-place load also
+    lands depends on the host and dtype (vLLM packs a Linear layer for oneDNN and drops its `weight` when oneDNN can
+    build a kernel for that dtype: fp32 everywhere, bf16 only with native bf16), so that is reported, not asserted."""
     from retool.platform.cpu_dtype import host_report
     from retool.smoke.tiny_model import build_tiny_model
     from retool.smoke.tokenizer import build_qwen_tokenizer

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from retool.sandbox.isolation import BwrapIsolation, Interpreter, IsolationUnava
 from retool.sandbox.plumbing import CappedBuffer
 from retool.sandbox.protocol import RequestError, parse_run_request
 from retool.sandbox.server import SlotPool
+from retool.sandbox.spawn import running_sandbox
 from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, kill_leftovers, reserve_uids
 
 
@@ -270,11 +272,9 @@ def test_fork_server_ready_report_is_checked():
     assert not threaded.ok and "runs 3 threads" in threaded.start_error and "unsafe" in threaded.start_error
 
 
-def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range(tmp_path):
+def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range():
     if os.geteuid() != 0:
         pytest.skip("uids are reserved only by a root server")
-    import subprocess
-
     first = HIGH_UIDS.stop - 64  # far above the ranges that servers of this suite reserve
     orphans = [subprocess.Popen(["sleep", "300"], user=first + k, group=first + k, extra_groups=[]) for k in (3, 7)]
     outsider = subprocess.Popen(["sleep", "300"], user=first + 20, group=first + 20, extra_groups=[])
@@ -288,8 +288,6 @@ def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range(tmp_path
         # the same through a server that takes that range
         orphan = subprocess.Popen(["sleep", "300"], user=first + 5, group=first + 5, extra_groups=[])
         orphans.append(orphan)
-        from retool.sandbox.spawn import running_sandbox
-
         with running_sandbox(uid_base=first, slots=1, max_sessions=8) as url:
             assert orphan.wait(timeout=10) == -9 and url
     finally:

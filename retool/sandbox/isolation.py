@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retool.sandbox.inside import SWEEP_ARG
+from retool.sandbox.uid_signals import signal_uid
 
 TIERS = ("bwrap", "rlimit", "none")
 BWRAP_WORKDIR = "/workspace"
@@ -134,14 +135,7 @@ def kill_uid(uid: int, sig: str = "KILL") -> None:
     """Signal every process whose real uid is ``uid`` (``kill(-1)`` issued as that uid cannot reach anyone else)."""
     if uid < 1000 or uid == os.getuid():
         raise ValueError(f"refusing to signal uid {uid}: not a dedicated sandbox uid")
-    for _ in range(2 if sig in ("KILL", "STOP") else 1):  # a second pass catches a fork that raced the first
-        # Exit status 1 only means "nothing left to signal"; anything on stderr means the sweep itself is broken.
-        done = subprocess.run(
-            [_tool("kill"), f"-{sig}", "-1"], user=uid, group=uid, extra_groups=[], env={}, close_fds=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
-        )
-        if done.stderr.strip():
-            raise RuntimeError(f"signalling the processes of uid {uid} failed: {done.stderr.decode()[-300:]}")
+    signal_uid(uid, sig)
 
 
 def _killpg(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -251,7 +245,6 @@ class RlimitIsolation(Isolation):
 
     def check(self) -> None:
         super().check()
-        _tool("kill")
         _tool("setpriv")
         sweep_tools()
         if os.geteuid() != 0:
@@ -420,7 +413,6 @@ class BwrapIsolation(Isolation):
         bwrap = _tool("bwrap")
         if self._root:
             _tool("setpriv")
-            _tool("kill")
             sweep_tools()
         else:
             help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True).stdout

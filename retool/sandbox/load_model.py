@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retool.sandbox.load_programs import PROGRAMS, TIMEOUT_PROGRAM, Program
@@ -124,9 +125,11 @@ class Trajectory:
     final_think_s: float  # generation after the last call (the answer)
 
 
-def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: int | None = None) -> list[Trajectory]:
+def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: int | None = None,
+         lengths: Sequence[int] | None = None) -> list[Trajectory]:
     """Every trajectory's calls, programs and pauses, drawn from ``spec.seed`` (the same seed, the same step); with
-    ``total_calls``, as many trajectories as make that many calls (the last one cut short) instead.
+    ``total_calls``, as many trajectories as make that many calls (the last one cut short) instead; with
+    ``lengths``, one trajectory per entry making that many calls.
 
     Programs are dealt from a shuffled deck that holds each one ``weight`` times, reshuffled when it runs out, so a
     run's mix is the stated one (up to its last deck) and two runs of different sizes compare like with like.
@@ -146,8 +149,10 @@ def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: 
 
     out: list[Trajectory] = []
     made = 0
-    while len(out) < spec.trajectories if total_calls is None else made < total_calls:
-        k = rng.choices(range(len(counts)), counts)[0]
+    fixed = list(lengths) if lengths is not None else None
+    while (len(out) < len(fixed) if fixed is not None
+           else len(out) < spec.trajectories if total_calls is None else made < total_calls):
+        k = fixed[len(out)] if fixed is not None else rng.choices(range(len(counts)), counts)[0]
         if total_calls is not None:
             k = min(k, total_calls - made)
         made += k
@@ -159,3 +164,16 @@ def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: 
         out.append(Trajectory(index, index % spec.workers, (PlannedCall(TIMEOUT_PROGRAM, spec.timeout_burst_at_s),),
                               0.0))
     return out
+
+
+def like_lengths(lengths: Sequence[int], calls: int, seed: int) -> list[int]:
+    """About ``calls`` calls' worth of trajectory lengths spread like ``lengths``: evenly spaced quantiles of them, in
+    a shuffled order. A baseline run with these makes as many calls per trajectory (per session) as the load whose
+    lengths they are, so the two differ only in how many trajectories run at once."""
+    ordered = sorted(k for k in lengths if k > 0)
+    if not ordered:
+        return []
+    count = max(1, round(calls * len(ordered) / sum(ordered)))
+    picked = [ordered[min(len(ordered) - 1, int((i + 0.5) * len(ordered) / count))] for i in range(count)]
+    random.Random(seed).shuffle(picked)
+    return picked

@@ -12,8 +12,8 @@ Every call is watched: the client gives up once a call has spent its call deadli
 ``HUNG_AFTER_DEADLINES`` deadlines is counted as hung, and a call that raised or that a trajectory never made is
 lost. Meanwhile the server's ``/health`` (slots in use, queue, sessions) and, for a retool-sandbox on this host, the
 CPU seconds and memory (Pss) of its whole process tree are sampled. ``load_report`` turns the records into the report
-and the verdict. Before the load (unless ``baseline_calls`` is 0) the same mix runs at concurrency 2 without pauses:
-the sandbox's own throughput, which the loaded run is compared with.
+and the verdict. Before the load (unless ``baseline_calls`` is 0) the same mix, in trajectories as long as the load's,
+runs at concurrency 2 without pauses: the sandbox's own throughput, which the loaded run is compared with.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import os
 import resource
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
 from retool.sandbox import host, proctree
 from retool.sandbox.client import Reply, SandboxClient, base_url
-from retool.sandbox.load_model import LoadSpec, Trajectory, plan
+from retool.sandbox.load_model import LoadSpec, Trajectory, like_lengths, plan
 from retool.sandbox.load_programs import PROGRAMS, Program
 from retool.tool_settings import ToolSettings
 
@@ -203,26 +203,26 @@ class LoadTest:
         self.calibration = await self.calibrate()
 
     async def baseline(self) -> LoadResult:
-        """The same mix, BASELINE_CONCURRENCY trajectories at a time and no pauses, for about ``baseline_calls``
-        calls (rounded up to whole decks of programs, see ``plan``): the sandbox's own throughput."""
+        """The load's own trajectory lengths (``like_lengths``: about ``baseline_calls`` calls), BASELINE_CONCURRENCY
+        trajectories at a time and no pauses: the sandbox's own throughput on the same work as the load."""
         spec = self.spec
-        deck = sum(p.weight for p in self.programs)
-        calls = deck * math.ceil(max(1, self.baseline_calls) / deck)
+        load_lengths = [len(t.calls) for t in plan(replace(spec, timeout_burst=0), self.programs)]
         baseline = LoadSpec(trajectories=BASELINE_CONCURRENCY, session_mode=spec.session_mode,
                             num_turns_mean=spec.num_turns_mean, max_assistant_turns=spec.max_assistant_turns,
                             tokens_per_s=math.inf, tokens_between_calls=0, workers=spec.workers,
                             live=BASELINE_CONCURRENCY, seed=spec.seed + 1)
-        return await self._load(baseline, total_calls=calls)
+        return await self._load(baseline, lengths=like_lengths(load_lengths, max(1, self.baseline_calls),
+                                                                 baseline.seed))
 
     async def load(self, spec: LoadSpec | None = None) -> LoadResult:
         """Run ``spec`` (default: this test's) after ``prepare``."""
         return await self._load(spec or self.spec)
 
-    async def _load(self, spec: LoadSpec, total_calls: int | None = None) -> LoadResult:
-        """Run ``spec`` (or, for the baseline, ``total_calls`` calls of it); only the load counts ``finished``."""
+    async def _load(self, spec: LoadSpec, lengths: list[int] | None = None) -> LoadResult:
+        """Run ``spec`` (or, for the baseline, trajectories of these ``lengths``); only the load counts ``finished``."""
         calibration, health, pid = self.calibration, self.health, self.server_pid
-        trajectories = plan(spec, self.programs, total_calls)
-        count_progress = total_calls is None
+        trajectories = plan(spec, self.programs, lengths=lengths)
+        count_progress = lengths is None
         clients = [self._client() for _ in range(spec.workers)]
         records: list[CallRecord] = []
         samples: list[Sample] = []

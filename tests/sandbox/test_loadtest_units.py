@@ -21,7 +21,7 @@ from retool.sandbox import client as client_module
 from retool.sandbox import proctree
 from retool.sandbox.client import ClientPolicy, Reply, SandboxClient
 from retool.sandbox.load_programs import PROGRAMS, TIMEOUT_PROGRAM
-from retool.sandbox.load_model import LoadSpec, call_count_distribution, calls_mean, plan
+from retool.sandbox.load_model import LoadSpec, call_count_distribution, calls_mean, like_lengths, plan
 from retool.sandbox.load_report import saturated_throughput, summarize
 from retool.sandbox.loadtest import Calibration, CallRecord, LoadResult, Sample, judge, tool_settings
 
@@ -306,3 +306,16 @@ def test_the_command_refuses_bad_options_and_an_absent_sandbox_at_once(capsys, u
     started = time.monotonic()
     assert main(["loadtest", "--url", nobody, "--trajectories", "4"]) == 2
     assert "does not answer GET /v1/ping" in capsys.readouterr().err and time.monotonic() - started < 15
+
+
+def test_the_baseline_makes_as_many_calls_per_session_as_the_load():
+    # in per_trajectory a session's start costs about as much as its calls: a baseline of drawn trajectories
+    # (200 calls ~ 80 sessions) was off by +-9% in sessions per call, which moved the throughput ratio as much
+    load = [len(t.calls) for t in plan(LoadSpec())]
+    picked = like_lengths(load, 200, seed=1)
+    assert abs(sum(picked) - 200) <= max(load)
+    assert sum(picked) / len(picked) == pytest.approx(sum(load) / len(load), rel=0.03)
+    assert max(picked) > 4 and min(picked) == 1  # the tail and the head are both there
+    assert like_lengths(load, 200, seed=1) == picked and like_lengths([], 200, seed=1) == []
+    baseline = plan(LoadSpec(trajectories=2, tokens_per_s=math.inf), lengths=picked)
+    assert [len(t.calls) for t in baseline] == picked

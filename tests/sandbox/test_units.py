@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,12 @@ import pytest
 from retool.sandbox import host
 from retool.sandbox.config import ServerConfig
 from retool.sandbox.executor import validate_paths
-from retool.sandbox.isolation import BwrapIsolation, Interpreter, IsolationUnavailable
+from retool.sandbox.isolation import BwrapIsolation, Interpreter, IsolationUnavailable, kill_uid
 from retool.sandbox.plumbing import CappedBuffer
 from retool.sandbox.protocol import RequestError, parse_run_request
 from retool.sandbox.server import SlotPool
 from retool.sandbox.spawn import running_sandbox
+from retool.sandbox.uid_signals import helper_pid, signal_uid
 from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, kill_leftovers, reserve_uids
 
 
@@ -292,5 +294,47 @@ def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range():
             assert orphan.wait(timeout=10) == -9 and url
     finally:
         for proc in (*orphans, outsider):
+            proc.kill()
+            proc.wait()
+
+
+def _stopped(procs: list[subprocess.Popen]) -> list[bool]:
+    """Whether each process is stopped, once that settles (a signal lands asynchronously)."""
+    def states() -> list[bool]:
+        out = []
+        for proc in procs:
+            with open(f"/proc/{proc.pid}/status") as fh:
+                out.append(next(line.split()[1] for line in fh if line.startswith("State:")) == "T")
+        return out
+    seen, deadline = states(), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen, before = states(), seen
+        if seen == before:
+            return seen
+    return seen
+
+
+def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
+    if os.geteuid() != 0:
+        pytest.skip("only root signals as another uid")
+    target, other = HIGH_UIDS.stop - 100, HIGH_UIDS.stop - 99
+    procs = [subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[]) for uid in (target, target, other)]
+    try:
+        signal_uid(target, "STOP")
+        assert _stopped(procs) == [True, True, False]
+        signal_uid(target, "CONT")
+        assert _stopped(procs) == [False, False, False]
+        helper = helper_pid()
+        os.kill(helper, 9)  # a helper that died is replaced at the next request
+        signal_uid(target, "KILL")
+        assert [p.wait(timeout=10) for p in procs[:2]] == [-9, -9] and procs[2].poll() is None
+        assert helper_pid() not in (None, helper)
+        signal_uid(target, "KILL")  # nothing left to signal is not an error
+        for uid in (0, os.getuid(), 999):
+            with pytest.raises(ValueError, match="not a dedicated sandbox uid"):
+                kill_uid(uid)
+    finally:
+        for proc in procs:
             proc.kill()
             proc.wait()

@@ -3,8 +3,8 @@
 # make test-shakedown   SHAKEDOWN=1 ./run_smoke_cpu.sh end to end and its checklist (~15 min; not in make test)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
-# make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, then 3 seeds in each async
-#                       trainer mode (~70 min; docs/performance.md)
+# make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, the off-by-one diagnostic,
+#                       then 3 seeds in each async trainer mode (~75 min; docs/performance.md)
 # make bench-async      sync vs colocate_async vs separate_async side by side, and resume in the async modes (~40 min)
 # make bench-filter     the overlong-prompt filter at start-up on 1,791,700 DAPO-shaped rows: verl's at 1 and 2 workers,
 #                       then the configured one (56 min on 2 cores, data already generated; docs/performance.md)

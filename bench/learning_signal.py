@@ -1,11 +1,12 @@
 """Does GRPO raise accuracy on the CPU stack, and only for the right reason? Three seeds and two negative controls.
 
-Five runs of the smoke's RL stage on the synthetic tool task (correctness-only reward), all from the SFT'd tiny model
+Six runs of the smoke's RL stage on the synthetic tool task (correctness-only reward), all from the SFT'd tiny model
 of one smoke run: that smoke run's own RL stage (the smoke's seeds); the same stage again with seeds 2 and 3
-(retool.smoke.learning_run); the same reward negated; and the tool replying with every printed digit shifted by 5,
-so that no tool-using answer is right unless the model computes it itself (retool.smoke.controls.WrongResultTool;
-its former off-by-one tool let a slip of one make an answer right, see the section). The controls keep the smoke's
-seeds, so each differs from the first run in one thing only. Each run validates on the same held-out synthetic
+(retool.smoke.learning_run); the same reward negated; the tool replying with every printed digit shifted by 5,
+so that no tool-using answer is right unless the model computes it itself (retool.smoke.controls.WrongResultTool);
+and, as a diagnostic, the former control's tool replying one too many (retool.smoke.controls.OffByOneTool), whose
+run shows why that control's tool use rose (a slip of one makes an answer right, see the section). The controls keep
+the smoke's seeds, so each differs from the first run in one thing only. Each run validates on the same held-out synthetic
 problems before and after training. Expected: held-out accuracy rises in every seed (95% interval above 0) and rises
 in neither control; under the wrong tool no training answer is right, so no group has differing rewards and the
 actor's gradient is 0 at every step (the control's premise, checked), and tool use does not rise. The section it
@@ -22,7 +23,7 @@ With ``--steps`` or ``--val-n`` other than the smoke's, the first run is trained
 The asynchronous trainer modes (TRAINER_MODE colocate_async and separate_async: verl trains on data up to a batch
 old) repeat the GRPO run with the same three seeds each; they get a section of their own (``learning-signal-async``)
 with the staleness each run trained at. ``--runs`` picks runs by name (e.g. ``--runs colocate_async-seed2``) or group
-(``sync``: the five above, ``async``: the six of the async modes); a section is rewritten only from its own runs.
+(``sync``: the six above, ``async``: the six of the async modes); a section is rewritten only from its own runs.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ REPO = Path(__file__).resolve().parents[1]
 SECTION = "learning-signal"
 # run name -> (seed, control); seed None: the smoke's own (configs/smoke/rl.yaml)
 RUNS = {"grpo-smoke": (None, None), "grpo-seed2": (2, None), "grpo-seed3": (3, None), "negated": (None, "negated"),
-        "wrong_tool": (None, "wrong_tool")}
+        "wrong_tool": (None, "wrong_tool"), "off_by_one_tool": (None, "off_by_one_tool")}
 LABELS = {"grpo-smoke": "GRPO, the smoke's seeds", "grpo-seed2": "GRPO, seed 2", "grpo-seed3": "GRPO, seed 3",
-          "negated": "control: reward negated", "wrong_tool": "control: tool digits all wrong"}
+          "negated": "control: reward negated", "wrong_tool": "control: tool digits all wrong",
+          "off_by_one_tool": "diagnostic: tool result off by one (the former control)"}
 # the async trainer modes, GRPO with the same seeds: run name -> (trainer mode, seed)
 ASYNC_RUNS = {f"{mode}-{name}": (mode, seed) for mode in ASYNC_MODES
               for name, seed in (("smoke", None), ("seed2", 2), ("seed3", 3))}
@@ -263,6 +265,17 @@ def tool_control_lines(results: dict[str, dict[str, Any]]) -> list[str]:
             "was. Tool-using answers that the real tool left exactly one below the truth, the ones that tool would "
             f"have made right: {sum(t['one_below'] for t in seeds)} of {sum(t['tool_samples'] for t in seeds)} in the "
             "seeds' training here."]
+    if "off_by_one_tool" in credit:
+        t, c = credit["off_by_one_tool"], results["off_by_one_tool"]["changes"]["used_tool"]
+        won = t["won"]
+        lines += [
+            "", f"Measured in that tool's own run ({LABELS['off_by_one_tool']}, same seeds): {t['right_tool']} of "
+            f"{t['tool_samples']} tool-using training answers were right although every reply was off by one "
+            f"({t['right_tool_copied']} of them the reply copied verbatim), against {t['right_no_tool']} of "
+            f"{t['samples'] - t['tool_samples']} without the tool; {t['informative_groups']} of {t['groups']} groups "
+            f"had differing rewards, won by the tool / without it / both: {won['tool']} / {won['no_tool']} / "
+            f"{won['both']}, push on tool use {t['push']:+.3f}; held-out tool use {c['delta']:+.3f} "
+            f"[{c['low']:+.3f}, {c['high']:+.3f}] ({c['verdict']})."]
     return lines
 
 

@@ -112,3 +112,18 @@ def test_a_control_that_rises_fails_the_benchmark(tmp_path):
     out = tmp_path / "performance.md"
     assert bench.main(["--from-runs", str(tmp_path / "runs"), "--output", str(out)]) == 1
     assert "control: tool digits all wrong: accuracy did not rise: **NO**" in out.read_text()
+
+
+def test_the_off_by_one_diagnostic_says_what_won_its_groups(tmp_path):
+    write_runs(tmp_path / "runs", change(0.0, 0.0, 0.0, 0.0, "no clear change"))
+    (tmp_path / "runs" / "off_by_one_tool").mkdir()
+    (tmp_path / "runs" / "off_by_one_tool" / "learning.json").write_text(json.dumps(
+        result(change(0.0, 0.03, -0.01, 0.06, "no clear change"), "2026-11-30T10:00:00+00:00", used_tool=ROSE,
+               tool_credit=credit(5, 4, 6, 2, 0.3))))
+    text = rendered(tmp_path, expected_exit=0)  # a diagnostic, not a control: its rise fails nothing
+    assert "| diagnostic: tool result off by one (the former control) | used_tool | 0.500 | 0.900 |" in text
+    assert ("Measured in that tool's own run (diagnostic: tool result off by one (the former control), same seeds): "
+            "6 of 200 tool-using training answers were right although every reply was off by one (2 of them the reply "
+            "copied verbatim), against 0 of 184 without the tool; 5 of 96 groups had differing rewards, won by the "
+            "tool / without it / both: 4 / 1 / 0, push on tool use +0.300; held-out tool use +0.400 [+0.300, +0.500] "
+            "(rose).") in text

@@ -15,6 +15,7 @@ stops answering (it is then replaced).
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -72,6 +73,7 @@ class _Helper:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
+        self.owner = os.getpid()  # a forked child must not share its parent's helper (and pipe)
 
     def _start(self) -> subprocess.Popen:
         # Its own session: a process-group kill aimed at a sandbox never reaches it; stdin's end makes it exit.
@@ -90,6 +92,8 @@ class _Helper:
     def request(self, uid: int, signum: int, passes: int) -> str:
         line = b"%d %d %d\n" % (uid, signum, passes)
         with self.lock:
+            if self.owner != os.getpid():
+                self.proc, self.owner = None, os.getpid()
             for _ in range(2):  # a helper that died since the last request is replaced once (signals may repeat)
                 if self.proc is None or self.proc.poll() is not None:
                     self._stop()

@@ -125,11 +125,10 @@ class Trajectory:
     final_think_s: float  # generation after the last call (the answer)
 
 
-def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: int | None = None,
+def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS,
          lengths: Sequence[int] | None = None) -> list[Trajectory]:
     """Every trajectory's calls, programs and pauses, drawn from ``spec.seed`` (the same seed, the same step); with
-    ``total_calls``, as many trajectories as make that many calls (the last one cut short) instead; with
-    ``lengths``, one trajectory per entry making that many calls.
+    ``lengths``, one trajectory per entry making that many calls instead of ``spec.trajectories`` drawn ones.
 
     Programs are dealt from a shuffled deck that holds each one ``weight`` times, reshuffled when it runs out, so a
     run's mix is the stated one (up to its last deck) and two runs of different sizes compare like with like.
@@ -148,14 +147,8 @@ def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, total_calls: 
         return rng.expovariate(1 / spec.tokens_between_calls) if spec.tokens_between_calls else 0.0
 
     out: list[Trajectory] = []
-    made = 0
-    fixed = list(lengths) if lengths is not None else None
-    while (len(out) < len(fixed) if fixed is not None
-           else len(out) < spec.trajectories if total_calls is None else made < total_calls):
-        k = fixed[len(out)] if fixed is not None else rng.choices(range(len(counts)), counts)[0]
-        if total_calls is not None:
-            k = min(k, total_calls - made)
-        made += k
+    drawn = (rng.choices(range(len(counts)), counts)[0] for _ in range(spec.trajectories))
+    for k in (lengths if lengths is not None else drawn):
         index = len(out)
         calls = tuple(PlannedCall(deal(), spec.think_s(tokens())) for _ in range(k))
         out.append(Trajectory(index, index % spec.workers, calls, spec.think_s(tokens())))

@@ -64,11 +64,11 @@ def test_the_plan_is_the_reference_step_drawn_from_its_seed():
     assert abs(sum(pauses) / len(pauses) - 1100 / 30) < 0.1 * 1100 / 30
 
 
-def test_no_pauses_a_call_budget_and_a_timeout_burst():
+def test_no_pauses_given_lengths_and_a_timeout_burst():
     spec = LoadSpec(trajectories=2, tokens_per_s=math.inf, timeout_burst=3, timeout_burst_at_s=4.0)
-    trajectories = plan(spec, total_calls=37)
+    trajectories = plan(spec, lengths=[15, 1, 9, 12])
     regular, burst = trajectories[:-3], trajectories[-3:]
-    assert sum(len(t.calls) for t in regular) == 37
+    assert [len(t.calls) for t in regular] == [15, 1, 9, 12] and sum(len(t.calls) for t in regular) == 37
     assert all(c.think_s == 0 for t in regular for c in t.calls)
     assert [(t.calls[0].program, t.calls[0].think_s, len(t.calls)) for t in burst] == [(TIMEOUT_PROGRAM, 4.0, 1)] * 3
 

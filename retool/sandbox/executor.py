@@ -44,6 +44,7 @@ from retool.sandbox.isolation import Isolation, Limits
 from retool.sandbox.plumbing import KILL_GRACE_S, START_TIMEOUT_S
 from retool.sandbox.runs import FreshRun, Run
 from retool.sandbox.session_sandbox import SessionCell, SessionSandbox
+from retool.sandbox.session_zygote import SessionZygote
 
 log = logging.getLogger("retool.sandbox")
 
@@ -149,6 +150,8 @@ class Executor:
         self._next_box: dict[int, int] = {}
         self.sandboxes_started = 0
         self.sandboxes_retired = 0
+        self._zygote: SessionZygote | None = None
+        self._closing: set[asyncio.Task] = set()
 
     def _run_dir(self, box: int) -> str:
         self.sandboxes_started += 1
@@ -176,10 +179,12 @@ class Executor:
                 log.exception("could not pre-start a sandbox for slot %d; will retry on the next request", slot)
 
     async def close(self) -> None:
-        sandboxes = [*self._spares.values(), *self._servers.values()]
-        self._spares, self._servers = {}, {}
+        sandboxes = [*self._spares.values(), *self._servers.values(), *filter(None, [self._zygote])]
+        self._spares, self._servers, self._zygote = {}, {}, None
         for sandbox in sandboxes:
             await sandbox.close()
+        for task in list(self._closing):
+            await task
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def run(self, slot: int, spec: RunSpec) -> RunOutcome:
@@ -248,9 +253,32 @@ class Executor:
         return (f"{memory} {ceiling.cpu_seconds * SESSION_CPU_RUNS} {nproc} {ceiling.max_file_size_mb * _MB} "
                 f"{ceiling.max_open_files}")
 
+    @property
+    def forks_sessions(self) -> bool:
+        """Whether sessions are forked from a preimported session zygote (fork mode on a tier with a uid per
+        session) rather than started as a sandbox and interpreter of their own."""
+        return self.mode == "fork" and self.isolation.can_fork_sessions
+
+    def _session_zygote(self) -> SessionZygote | None:
+        if not self.forks_sessions:
+            return None
+        zygote = self._zygote
+        if zygote is not None and not zygote.healthy:
+            self.sandboxes_retired += 1
+            task = asyncio.ensure_future(zygote.close())  # its sessions are gone with it already
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+            zygote = None
+        if zygote is None:
+            self.sandboxes_started += 1
+            run_dir = os.path.join(self.root, f"session-zygote-{self.sandboxes_started}")
+            zygote = self._zygote = SessionZygote(self.isolation, run_dir, self.root, self.preimport)
+        return zygote
+
     def start_session(self, box: int, memory_mb: int | None, on_exit=None) -> SessionSandbox:
         """Start a session's sandbox as sandbox number ``box`` (await its ``wait_ready``)."""
-        return SessionSandbox(self.isolation, box, self._run_dir(box), self.session_limits(memory_mb), on_exit)
+        return SessionSandbox(self.isolation, box, self._run_dir(box), self.session_limits(memory_mb), on_exit,
+                              zygote=self._session_zygote())
 
     async def run_cell(self, session: SessionSandbox, spec: RunSpec) -> RunOutcome:
         """Run one cell in a started session; the session is stopped again afterwards (if it still lives)."""

@@ -28,6 +28,29 @@ from retool.sandbox.runs import Run
 log = logging.getLogger("retool.sandbox")
 
 
+def read_ready_report(report: str, preimport: str) -> tuple[list[str], list[str], list[str], str]:
+    """A preimporting interpreter's ready report (``inside.FORKING``'s ``_retool_preimport``): what it imported, what
+    was not installed, warnings about optional modules that failed, and an error (empty if it may fork)."""
+    parts = report.split("\0")
+    if len(parts) != 4:
+        return [], [], [], f"unexpected ready report {report[:200]!r}"
+    imported, missing, failed, threads = parts
+    optional = {item[1:] for item in preimport.split(",") if item.startswith("?")}
+    warnings, fatal = [], []
+    for line in filter(None, failed.split("\n")):
+        (warnings if line.split(":", 1)[0] in optional else fatal).append(line)
+    error = ""
+    names = [name for name in imported.split(",") if name]
+    if fatal:
+        error = "could not preimport " + "; ".join(fatal) + " (see --preimport)"
+    elif int(threads) > 1:
+        error = (
+            f"after preimporting {', '.join(names)} the interpreter runs {threads} threads; forking "
+            "a multi-threaded process is unsafe, so leave the module that starts threads out of --preimport"
+        )
+    return names, [name for name in missing.split(",") if name], warnings, error
+
+
 class ForkServer(ControlledSandbox):
     """A slot's long-lived sandbox whose interpreter forks each program (``inside.FORKSERVER``).
 
@@ -73,24 +96,7 @@ class ForkServer(ControlledSandbox):
 
     def _check_preimport(self, report: str) -> bool:
         """Read the ready report; False (with ``start_error``) if a required module failed or threads were left."""
-        parts = report.split("\0")
-        if len(parts) != 4:
-            self.start_error = f"unexpected ready report {report[:200]!r}"
-            return False
-        imported, missing, failed, threads = parts
-        self.imported = [name for name in imported.split(",") if name]
-        self.missing = [name for name in missing.split(",") if name]
-        optional = {item[1:] for item in self.preimport.split(",") if item.startswith("?")}
-        fatal = []
-        for line in filter(None, failed.split("\n")):
-            (self.warnings if line.split(":", 1)[0] in optional else fatal).append(line)
-        if fatal:
-            self.start_error = "could not preimport " + "; ".join(fatal) + " (see --preimport)"
-        elif int(threads) > 1:
-            self.start_error = (
-                f"after preimporting {', '.join(self.imported)} the fork server runs {threads} threads; forking "
-                "a multi-threaded process is unsafe, so leave the module that starts threads out of --preimport"
-            )
+        self.imported, self.missing, self.warnings, self.start_error = read_ready_report(report, self.preimport)
         return not self.start_error
 
     def _lost(self) -> None:
@@ -117,11 +123,8 @@ class ForkServer(ControlledSandbox):
             return
         self.closed = True
         self.healthy = False
-        self._hang_up()
-        self.isolation.kill(self.box, self.proc.pid)  # the process group, and the uid's processes (if any)
-        await asyncio.to_thread(self.proc.wait)
-        self.log_reader.close()
-        await asyncio.to_thread(remove_tree, self.run_dir)
+        # the process group, and the uid's processes (if any)
+        await self._shut_down(lambda: self.isolation.kill(self.box, self.proc.pid))
 
 
 class ForkRun(Run):

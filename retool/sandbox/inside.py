@@ -229,8 +229,7 @@ def _retool_wait():
 _retool_finish(*_retool_wait())
 """
 
-FORKSERVER = COMMON + _SWEEP + """\
-import socket
+FORKING = """\
 def _retool_close_except(*keep):
     low = 3
     for fd in sorted(keep):
@@ -241,6 +240,44 @@ def _retool_drop(uid):
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+def _retool_preimport(spec):
+    import importlib.util
+    imported, missing, failed = [], [], []
+    saved = sys.path[:]
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".", os.getcwd())]  # never the work dir
+    for item in filter(None, spec.split(",")):
+        name = item.lstrip("?")
+        try:
+            if item.startswith("?") and importlib.util.find_spec(name.split(".")[0]) is None:
+                missing.append(name)
+                continue
+            __import__(name)
+            imported.append(name)
+        except BaseException as exc:
+            failed.append((name + ": " + type(exc).__name__ + ": " + str(exc)).replace("\\0", " ")[:300])
+    sys.path[:] = saved
+    import gc
+    gc.collect()
+    gc.freeze()  # programs' garbage collections then skip (and do not copy-on-write) the preimported objects
+    threads = len(os.listdir("/proc/self/task"))
+    return "\\0".join([",".join(imported), ",".join(missing), "\\n".join(failed), str(threads)]).encode()
+def _retool_reseed():
+    module = sys.modules.get("numpy.random")
+    if module is not None:
+        try:
+            module.seed()
+        except BaseException:
+            pass
+    module = sys.modules.get("sympy.core.random")
+    for name in ("rng", "_assumptions_rng"):
+        try:
+            getattr(module, name).seed()
+        except BaseException:
+            pass
+"""
+
+FORKSERVER = COMMON + _SWEEP + FORKING + """\
+import socket
 def _retool_sweeper(rm, chmod, ipcrm):
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
@@ -276,40 +313,6 @@ def _retool_sweeper(rm, chmod, ipcrm):
         except OSError:
             return 0
     return sweep
-def _retool_preimport(spec):
-    import importlib.util
-    imported, missing, failed = [], [], []
-    saved = sys.path[:]
-    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".", os.getcwd())]  # never the work dir
-    for item in filter(None, spec.split(",")):
-        name = item.lstrip("?")
-        try:
-            if item.startswith("?") and importlib.util.find_spec(name.split(".")[0]) is None:
-                missing.append(name)
-                continue
-            __import__(name)
-            imported.append(name)
-        except BaseException as exc:
-            failed.append((name + ": " + type(exc).__name__ + ": " + str(exc)).replace("\\0", " ")[:300])
-    sys.path[:] = saved
-    import gc
-    gc.collect()
-    gc.freeze()  # programs' garbage collections then skip (and do not copy-on-write) the preimported objects
-    threads = len(os.listdir("/proc/self/task"))
-    return "\\0".join([",".join(imported), ",".join(missing), "\\n".join(failed), str(threads)]).encode()
-def _retool_reseed():
-    module = sys.modules.get("numpy.random")
-    if module is not None:
-        try:
-            module.seed()
-        except BaseException:
-            pass
-    module = sys.modules.get("sympy.core.random")
-    for name in ("rng", "_assumptions_rng"):
-        try:
-            getattr(module, name).seed()
-        except BaseException:
-            pass
 def _retool_serve():
     ctl = socket.socket(fileno=int(sys.argv[1]))
     sweep = _retool_sweeper(*sys.argv[2:5])

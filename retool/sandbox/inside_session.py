@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from retool.sandbox.inside import COMMON, source_arg
 
-SESSION = COMMON + """\
+SESSION_LOOP = """\
 import io, linecache, signal, socket
 def _retool_read_exact(fd, size):
     chunks = []
@@ -79,9 +79,8 @@ def _retool_cell(scope, number, workdir, started):
         _retool_report(exc)
         status = 1
     return _retool_flush(status)
-def _retool_session():
-    ctl = socket.socket(fileno=int(sys.argv[1]))
-    limits, workdir, sweep = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+def _retool_session(ctl_fd, limits, workdir, sweep):
+    ctl = socket.socket(fileno=ctl_fd)
     _retool_limit(limits)
     os.umask(0o077)
     main = types.ModuleType("__main__")
@@ -130,8 +129,11 @@ def _retool_session():
             if pid == 0:
                 break
         send(b"E %d %r" % (status, monotonic()))
+"""
+
+SESSION = COMMON + SESSION_LOOP + """\
 try:
-    _retool_session()
+    _retool_session(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1")
 except BaseException:
     import traceback
     traceback.print_exc()

@@ -44,6 +44,7 @@ from retool.sandbox.uid_signals import signal_uid
 
 TIERS = ("bwrap", "rlimit", "none")
 BWRAP_WORKDIR = "/workspace"
+ZYGOTE_RUNS = "/.retool-runs"  # where a session zygote sees the run dirs (``inside_zygote`` detaches it per session)
 SANDBOX_ETC = Path(__file__).with_name("etc")  # files the bwrap tier shows at /etc in place of the host's
 _MB = 1024 * 1024
 
@@ -123,12 +124,14 @@ def sweep_tools() -> list[str]:
     return [_tool(name) for name in ("rm", "chmod", "ipcrm")]
 
 
-def _forkserver_privileges() -> list[str]:
-    """setpriv prefix for a fork server: stays uid 0 but keeps only CAP_SETUID/CAP_SETGID, no new privileges.
+def _forkserver_privileges(*extra: str) -> list[str]:
+    """setpriv prefix for a fork server: stays uid 0 but keeps only CAP_SETUID/CAP_SETGID (and ``extra``
+    capabilities, a session zygote's), no new privileges.
 
-    Its children drop to a sandbox uid, which clears those two capabilities as well (no keep-caps).
+    Its children drop to a sandbox uid, which clears those capabilities as well (no keep-caps).
     """
-    return [_tool("setpriv"), "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all,+setuid,+setgid", "--"]
+    bounding = ",".join(["-all", "+setuid", "+setgid", *(f"+{cap}" for cap in extra)])
+    return [_tool("setpriv"), "--no-new-privs", "--inh-caps=-all", f"--bounding-set={bounding}", "--"]
 
 
 def kill_uid(uid: int, sig: str = "KILL") -> None:
@@ -177,6 +180,20 @@ class Isolation:
         process the run left, which needs a dedicated uid (or, for ``none``, is not promised anyway)."""
         return True
 
+    @property
+    def can_fork_sessions(self) -> bool:
+        """Whether sessions may be forked from a preimported session zygote (``inside_zygote``): each needs its own
+        uid, so that the uid-wide stop, kill and sweep reach exactly its processes."""
+        return False
+
+    def launch_session_zygote(self, workdir: str, runs: str, args: list[str]) -> Launch:
+        """How to start the session zygote, which sees ``runs`` (the directory of every sandbox's run dir) at
+        ``zygote_runs(runs)`` and forks every session's interpreter."""
+        raise IsolationUnavailable(f"the {self.name} tier starts every session afresh")
+
+    def zygote_runs(self, runs: str) -> str:
+        return runs
+
     def inner_workdir(self, workdir: str) -> str:
         """The work dir as the program sees it."""
         return workdir
@@ -222,6 +239,15 @@ class RlimitIsolation(Isolation):
     def launch_forkserver(self, workdir: str, args: list[str]) -> Launch:
         # Root on the host, but holding only what it needs to drop its children to the slot uid.
         argv = [*_forkserver_privileges(), self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, env_tmpdir=workdir)
+
+    @property
+    def can_fork_sessions(self) -> bool:
+        return True
+
+    def launch_session_zygote(self, workdir: str, runs: str, args: list[str]) -> Launch:
+        # Like a fork server; CAP_SETPCAP lets each session drop its capability bounding set.
+        argv = [*_forkserver_privileges("setpcap"), self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir=workdir)
 
     def signal_all(self, box: int, pid: int, sig: str) -> None:
@@ -350,7 +376,8 @@ class BwrapIsolation(Isolation):
     def can_fork_runs(self) -> bool:
         return self._root  # without root there is no second uid to sweep the runs' leftovers with
 
-    def _bwrap(self, workdir: str, pid_1: bool = False) -> list[str]:
+    def _bwrap(self, workdir: str, pid_1: bool = False, caps: tuple[str, ...] = (),
+               binds: tuple[str, ...] = ()) -> list[str]:
         argv = [_tool("bwrap")]
         if pid_1:
             # Without it bwrap's own pid 1 reaps the interpreter, and bwrap exits without reaping that pid 1 (killed
@@ -359,13 +386,14 @@ class BwrapIsolation(Isolation):
         if self._root:
             # Privileged bwrap (no user namespace) so the slot uid stays a real host uid: RLIMIT_NPROC applies.
             argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            for cap in ("SETUID", "SETGID", "SETPCAP", *caps):
+                argv += ["--cap-add", "CAP_" + cap]
         else:
             argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         # The root tmpfs goes read-only once everything is mounted: without root, bwrap makes it (and the /etc it
         # creates) the sandbox user's own.
-        mounts = [*self._fs, "--bind", workdir, BWRAP_WORKDIR, "--remount-ro", "/"]
+        mounts = [*self._fs, "--bind", workdir, BWRAP_WORKDIR, *binds, "--remount-ro", "/"]
         return argv + mounts + ["--chdir", BWRAP_WORKDIR, "--"]
 
     def launch(self, box: int, workdir: str, args: list[str], pid_1: bool = False) -> Launch:
@@ -384,6 +412,22 @@ class BwrapIsolation(Isolation):
             raise IsolationUnavailable("forking runs inside bubblewrap needs root; use fresh sandboxes per run")
         argv = [*self._bwrap(workdir), *_forkserver_privileges(), self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
+
+    @property
+    def can_fork_sessions(self) -> bool:
+        return self._root
+
+    def launch_session_zygote(self, workdir: str, runs: str, args: list[str]) -> Launch:
+        if not self._root:
+            raise IsolationUnavailable("forking sessions inside bubblewrap needs root; every session starts afresh")
+        # CAP_SYS_ADMIN and CAP_NET_ADMIN let each session's starter enter new namespaces, mount its own /tmp,
+        # /dev/shm, /proc and work dir and bring up its loopback; the session drops them with its uid.
+        argv = self._bwrap(workdir, caps=("SYS_ADMIN", "NET_ADMIN"), binds=("--bind", runs, ZYGOTE_RUNS))
+        argv += [*_forkserver_privileges("setpcap", "sys_admin", "net_admin"), self.interpreter.executable, *args]
+        return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")
+
+    def zygote_runs(self, runs: str) -> str:
+        return ZYGOTE_RUNS
 
     def signal_all(self, box: int, pid: int, sig: str) -> None:
         # The program runs in its own session inside bwrap: only its uid reaches it (root mode); without root it

@@ -186,11 +186,17 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "notes": list(result.notes),
         "reference_tokens_per_s": reference_tokens_per_s,
     }
-    if result.baseline is not None:
-        base = summarize(result.baseline, reference_tokens_per_s, judged=False)
-        summary["baseline"] = {key: base[key] for key in ("throughput", "cpu", "calls", "latency_s")}
-        if saturated and base["throughput"]["saturated"]:
-            summary["throughput"]["vs_baseline"] = saturated / base["throughput"]["saturated"]
+    bases = [summarize(run, reference_tokens_per_s, judged=False)
+             for run in (result.baseline, result.baseline_after) if run is not None]
+    if bases:
+        # Measured before and after the load, the sandbox's own throughput is their mean: the load is compared with
+        # the host as it was around it, not with one short reading of a host whose speed drifts.
+        summary["baseline"] = {key: bases[0][key] for key in ("throughput", "cpu", "calls", "latency_s")}
+        readings = [base["throughput"]["saturated"] for base in bases]
+        own = sum(readings) / len(readings) if all(readings) else 0.0
+        summary["baseline"]["throughput"] = {**bases[0]["throughput"], "saturated": own, "readings": readings}
+        if saturated and own:
+            summary["throughput"]["vs_baseline"] = saturated / own
     if judged:
         summary["verdict"] = verdict(summary)
     return summary
@@ -250,6 +256,12 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _readings(throughput: dict[str, Any]) -> str:
+    """``(before B, after A) `` when the baseline ran on both sides of the load, else nothing."""
+    readings = throughput.get("readings", [])
+    return f"(before {_s(readings[0])}, after {_s(readings[1])}) " if len(readings) == 2 else ""
+
+
 def to_json(result: LoadResult, summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with every call record and sample (of the baseline too), for plots and later reports."""
     def raw(run: LoadResult) -> dict[str, Any]:
@@ -257,7 +269,8 @@ def to_json(result: LoadResult, summary: dict[str, Any]) -> dict[str, Any]:
                 "wall_s": run.wall_s}
 
     return {"summary": summary, "load": raw(result),
-            "baseline": raw(result.baseline) if result.baseline is not None else None}
+            "baseline": raw(result.baseline) if result.baseline is not None else None,
+            "baseline_after": raw(result.baseline_after) if result.baseline_after is not None else None}
 
 
 # ---- text ---------------------------------------------------------------------------------------------------------
@@ -306,7 +319,7 @@ def render(summary: dict[str, Any]) -> str:
         f"throughput: {_s(t['overall'])} calls/s over {t['span_s']:.0f} s; while saturated (>= {t['slots']} calls at "
         f"the server, {t['saturated_s']:.0f} s): {_s(t['saturated'])} calls/s"
         + (f"; the sandbox's own at concurrency 2: {_s(summary['baseline']['throughput']['saturated'])} calls/s "
-           f"({t['vs_baseline']:.2f} x)" if "vs_baseline" in t else ""))
+           f"{_readings(summary['baseline']['throughput'])}({t['vs_baseline']:.2f} x)" if "vs_baseline" in t else ""))
     for key, label in (("latency_s", "latency per call"), ("limit_wait_s", "wait for the worker's max_concurrency"),
                        ("server_wait_s", "time at the server beyond the run (queue + transport)")):
         p = summary[key]

@@ -103,6 +103,7 @@ class LoadResult:
     client_cpu_s: float  # this process's own CPU seconds during the run
     server_pid: int | None
     baseline: LoadResult | None = None
+    baseline_after: LoadResult | None = None  # the same baseline again after the load: the host may have drifted
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,11 +186,13 @@ class LoadTest:
     # ---- the load ---------------------------------------------------------------------------------------------
 
     async def run(self) -> LoadResult:
-        """Calibrate, measure the baseline (unless ``baseline_calls`` is 0), then run the load."""
+        """Calibrate, measure the baseline (unless ``baseline_calls`` is 0), run the load, and the baseline again."""
         await self.prepare()
         baseline = await self.baseline() if self.baseline_calls else None
         result = await self.load()
         result.baseline = baseline
+        if baseline is not None:
+            result.baseline_after = await self.baseline()
         return result
 
     async def prepare(self) -> None:

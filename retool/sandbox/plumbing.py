@@ -15,7 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
-from typing import Iterator
+from typing import Callable, Iterator
 
 from retool.sandbox.isolation import Isolation, Launch
 
@@ -145,9 +145,10 @@ class ControlledSandbox:
 
     log_label = "sandbox output"
 
-    def __init__(self, iso: Isolation, box: int, run_dir: str) -> None:
+    def __init__(self, iso: Isolation, box: int | None, run_dir: str) -> None:
+        """``box`` None: the sandbox keeps root (a session zygote) and owns its work dir."""
         self.isolation, self.box, self.run_dir = iso, box, run_dir
-        self.uid = iso.uid(box)
+        self.uid = None if box is None else iso.uid(box)
         self.workdir = make_workdir(run_dir, self.uid)
         self.inner = iso.inner_workdir(self.workdir)
         self.sock, self._child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -156,20 +157,50 @@ class ControlledSandbox:
     def _start(self, launch: Launch, stdin: int) -> None:
         """Start ``launch``; ``stdin`` and the child's socket end are closed here either way, and on failure the
         server's end and the directory are removed too."""
-        loop = asyncio.get_running_loop()
         log_r, log_w = os.pipe()
         try:
             self.proc = popen_sandbox(launch, self.inner, stdin=stdin, stdout=log_w, stderr=log_w,
                                       pass_fds=(self.child_fd,))
         except BaseException:
-            self.sock.close()
-            os.close(log_r)
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._abandon(log_r)
             raise
         finally:
             for fd in (stdin, log_w):
                 os.close(fd)
             self._child.close()
+        self._listen(log_r)
+
+    def _hand_over(self, send: Callable[[list[int]], None]) -> None:
+        """Start by handing the child's socket end and a log pipe to an interpreter that forks this one (``send``
+        them, a session zygote's start request); both are closed here either way."""
+        log_r, log_w = os.pipe()
+        try:
+            send([self.child_fd, log_w])
+        except BaseException:
+            self._abandon(log_r)
+            raise
+        finally:
+            os.close(log_w)
+            self._child.close()
+        self._listen(log_r)
+
+    def _abandon(self, log_r: int) -> None:
+        """A start failed: the server's end, the log and the directory go."""
+        self.sock.close()
+        os.close(log_r)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    async def _shut_down(self, kill: Callable[[], None]) -> None:
+        """Stop listening, ``kill`` the sandbox, reap it and remove its directory (a fork server's or zygote's
+        close)."""
+        self._hang_up()
+        kill()
+        await asyncio.to_thread(self.proc.wait)
+        self.log_reader.close()
+        await asyncio.to_thread(remove_tree, self.run_dir)
+
+    def _listen(self, log_r: int) -> None:
+        loop = asyncio.get_running_loop()
         self.log = CappedBuffer(8192)
         self.log_reader = PipeReader(loop, log_r, self.log)
         self.sock.setblocking(False)

@@ -16,12 +16,15 @@ import os
 import socket
 import subprocess
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from retool.sandbox.inside_session import SESSION_ARG
 from retool.sandbox.isolation import Isolation
 from retool.sandbox.plumbing import KILL_GRACE_S, START_TIMEOUT_S, ControlledSandbox, remove_tree
 from retool.sandbox.runs import Run
+
+if TYPE_CHECKING:
+    from retool.sandbox.session_zygote import SessionZygote
 
 log = logging.getLogger("retool.sandbox")
 
@@ -40,13 +43,9 @@ class SessionSandbox(ControlledSandbox):
     log_label = "session output"
 
     def __init__(self, iso: Isolation, box: int, run_dir: str, limits: str,
-                 on_exit: Callable[[SessionSandbox], None] | None = None) -> None:
+                 on_exit: Callable[[SessionSandbox], None] | None = None, zygote: SessionZygote | None = None) -> None:
         super().__init__(iso, box, run_dir)
         loop = asyncio.get_running_loop()
-        sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
-        launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep],
-                            pid_1=True)
-        self._start(launch, os.open(os.devnull, os.O_RDWR))
         self.ended: asyncio.Future[None] = loop.create_future()
         self.returncode: int | None = None
         self.current: SessionCell | None = None
@@ -55,8 +54,17 @@ class SessionSandbox(ControlledSandbox):
         self.closed = False
         self._freezing: asyncio.Future[None] | None = None
         self._on_exit_callback = on_exit
-        self.pidfd = os.pidfd_open(self.proc.pid)
-        loop.add_reader(self.pidfd, self._on_exit)
+        self.zygote = zygote  # None: a sandbox and interpreter of its own, started here
+        self.pid: int | None = None  # a forked session's, once the zygote said it started
+        if zygote is None:
+            sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
+            launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep],
+                                pid_1=True)
+            self._start(launch, os.open(os.devnull, os.O_RDWR))
+            self.pidfd = os.pidfd_open(self.proc.pid)
+            loop.add_reader(self.pidfd, self._on_exit)
+        else:
+            zygote.start(self, limits, self.on_zygote)
         loop.add_reader(self.sock.fileno(), self._on_message)
 
     @property
@@ -64,8 +72,8 @@ class SessionSandbox(ControlledSandbox):
         return not self.ended.done() and not self.closed
 
     def _on_exit(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.pidfd)
+        """The interpreter's own sandbox exited (a session not forked by a zygote)."""
+        asyncio.get_running_loop().remove_reader(self.pidfd)
         if self.ended.done():
             return
         try:
@@ -76,6 +84,21 @@ class SessionSandbox(ControlledSandbox):
         self.proc.returncode = code
         if self.isolation.name == "bwrap" and 128 < code <= 128 + 64:
             code = -(code - 128)  # bwrap reports "killed by signal N" as 128+N
+        self._ended(code)
+
+    def on_zygote(self, kind: str, value: str) -> None:
+        """What the session zygote said about this session: ``P`` started, ``F`` did not start, ``X`` exited."""
+        if kind == "P":
+            self.pid = int(value)  # in the zygote's pid namespace
+        elif kind == "X":
+            self._ended(int(value))
+        elif kind == "F":
+            self.problem = self.problem or (value if self.pid else f"it could not be started: {value}")
+            self._ended(None)
+
+    def _ended(self, code: int | None) -> None:
+        if self.ended.done():
+            return
         self.returncode = code
         self.ended.set_result(None)
         if not self.ready.done():
@@ -122,12 +145,19 @@ class SessionSandbox(ControlledSandbox):
         if self.ended.done():
             return
         try:
-            self.isolation.kill(self.box, self.proc.pid)
+            self._kill_all()
         except (OSError, RuntimeError, ValueError):
             log.exception("could not kill session sandbox %d", self.box)
 
+    def _kill_all(self) -> None:
+        if self.zygote is None:
+            self.isolation.kill(self.box, self.proc.pid)
+        else:  # every process of the session runs as its uid
+            self.signal_all("KILL")
+
     def signal_all(self, sig: str) -> None:
-        self.isolation.signal_all(self.box, self.proc.pid, sig)
+        # Both tiers a zygote serves signal by uid: there is no process of the server's to name.
+        self.isolation.signal_all(self.box, self.proc.pid if self.zygote is None else 0, sig)
 
     async def _freeze(self) -> None:
         try:
@@ -178,7 +208,7 @@ class SessionSandbox(ControlledSandbox):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.ended), REAP_GRACE_S)
             if not self.ended.done():
-                await asyncio.to_thread(self.isolation.kill, self.box, self.proc.pid)
+                await asyncio.to_thread(self._kill_all)
         except (OSError, RuntimeError, ValueError):
             log.exception("could not kill session sandbox %d", self.box)
             clean = False
@@ -193,10 +223,11 @@ class SessionSandbox(ControlledSandbox):
             except (OSError, subprocess.SubprocessError):
                 log.exception("could not sweep the uid of session sandbox %d", self.box)
                 clean = False
-        with contextlib.suppress(ValueError, OSError):
-            loop.remove_reader(self.pidfd)
-        with contextlib.suppress(OSError):
-            os.close(self.pidfd)
+        if self.zygote is None:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(self.pidfd)
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
         self.log_reader.close()
         return await asyncio.to_thread(remove_tree, self.run_dir) and clean
 

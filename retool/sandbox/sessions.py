@@ -6,7 +6,8 @@ ends). Sessions are opt-in; a request without ``session_id`` is the stateless ru
 
 Resources. Each session owns a sandbox number (box) from its own range after the slots' ones, hence its own uid
 (with root) for as long as it exists, its own sandbox (for bwrap: pid, network, IPC, mount namespaces, private
-/tmp), and its own work dir. A cell needs a slot like any run, so slots still bound the CPU in use; between cells
+/tmp), and its own work dir; with root in fork mode its interpreter is forked from the executor's preimported session
+zygote (``session_zygote``). A cell needs a slot like any run, so slots still bound the CPU in use; between cells
 every process of the session is stopped (SIGSTOP), so idle sessions cost memory only.
 
 A session stays while its client may still use it: an RL trajectory's session is idle while the model writes the
@@ -100,6 +101,7 @@ class SessionManager:
     def health(self) -> dict:
         return {
             "live": self.live, "max": self.max_sessions, "idle_timeout": self.idle_timeout,
+            "forked": self.executor.forks_sessions,
             "memory_floor_mb": self.memory_floor_mb, "mem_available_mb": host.mem_available_mb(),
             "busy": sum(1 for s in self.sessions.values() if s.busy), "free_boxes": len(self.free_boxes),
             "counters": vars(self.counters).copy(),

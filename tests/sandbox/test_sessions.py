@@ -66,16 +66,20 @@ def url():
         yield base
 
 
-@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+@pytest.fixture(scope="module", params=["bwrap", "rlimit", "bwrap-fresh"])
 def tier_url(request):
-    """One server per uid-switching tier, with room for few sessions so that boxes (uids) get reused."""
+    """One server per uid-switching tier, with room for few sessions so that boxes (uids) get reused; sessions are
+    forked from the session zygote, except with ``-fresh`` (a sandbox and interpreter of their own each)."""
+    tier, _, fresh = request.param.partition("-")
     python = None
-    if request.param == "rlimit":
+    if tier == "rlimit":
         python = unprivileged_python()
         if python is None:
             pytest.skip("no interpreter reachable by an unprivileged uid")
-    with _server(isolation=request.param, slots=1, max_sessions=2, session_idle_timeout=120, python=python) as base:
-        yield request.param, base
+    with _server(isolation=tier, slots=1, max_sessions=2, session_idle_timeout=120, python=python,
+                 fresh_sandbox_per_run=bool(fresh)) as base:
+        assert get(base + "/health")["sessions"]["forked"] is not bool(fresh)
+        yield tier, base
 
 
 def _wait_boxes_free(base: str, free: int, timeout: float = 10) -> None:
@@ -478,3 +482,73 @@ def test_a_session_that_forges_reports_only_ends_itself(url):
     assert out(cell(url, b, "print(kept)")) == "b\n"
     assert out(run(url, "print('stateless')")) == "stateless\n"
     close(url, a), close(url, b)
+
+
+_INSIDE = (
+    "import json, os, random, socket, sys\n"
+    "import numpy\n"
+    "status = dict(line.split(':\\t', 1) for line in open('/proc/self/status').read().splitlines() if ':\\t' in line)\n"
+    "listener = socket.socket()\n"
+    "listener.bind(('127.0.0.1', 0))\n"
+    "listener.listen()\n"
+    "mine = socket.create_connection(listener.getsockname(), timeout=2)\n"
+    "print(json.dumps({'preimported': 'sympy' in sys.modules, 'uid': os.getuid(), 'pid': os.getpid(),\n"
+    "    'procs': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
+    "    'caps': [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')],\n"
+    "    'no_new_privs': status['NoNewPrivs'].strip(), 'runs': os.listdir('/.retool-runs'),\n"
+    "    'port': listener.getsockname()[1], 'draws': [random.random(), float(numpy.random.rand())],\n"
+    "    'workdir': os.getcwd(), 'home': os.environ['HOME'], 'tmpdir': os.environ['TMPDIR']}))\n"
+)
+
+
+def test_forked_sessions_are_preimported_and_isolated_from_each_other(url):
+    """Sessions forked from the zygote start with its imports and still get a sandbox each: their own pid,
+    network and mount namespaces (no other session's work dir, processes or listening sockets in reach), no
+    capability, no new privileges, their own uid, and random generators of their own."""
+    assert get(url + "/health")["sessions"]["forked"] is True
+    a, b = sid(), sid()
+    seen = {s: json.loads(out(cell(url, s, _INSIDE))) for s in (a, b)}
+    for s in (a, b):
+        assert seen[s]["preimported"] and seen[s]["pid"] == 1 and seen[s]["procs"] == [1], seen[s]
+        assert seen[s]["caps"] == ["0000000000000000"] * 5 and seen[s]["no_new_privs"] == "1"
+        assert seen[s]["runs"] == [] and seen[s]["workdir"] == seen[s]["home"] == "/workspace"
+        assert seen[s]["tmpdir"] == "/tmp"
+    assert seen[a]["uid"] != seen[b]["uid"] and seen[a]["draws"][0] != seen[b]["draws"][0]
+    assert seen[a]["draws"][1] != seen[b]["draws"][1]
+    # a's listener (still open: it is a's state) cannot be reached from b's network namespace.
+    body = cell(url, b, f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {seen[a]['port']}), 2)\n"
+                        "    print('reached')\nexcept OSError as exc:\n    print(type(exc).__name__)")
+    assert out(body) == "ConnectionRefusedError\n"
+    assert close(url, a) == {"closed": True} and close(url, b) == {"closed": True}
+
+
+def _zygote(server_pid: int) -> int:
+    """The session zygote below the server: the root process that runs the zygote's code (its sessions, forks of it,
+    run as their own uids)."""
+    found = [pid for pid in descendants(server_pid) if b"_retool_zygote" in _cmdline(pid)
+             and not _exe(pid).endswith("/bwrap") and os.stat(f"/proc/{pid}").st_uid == 0]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_lost_zygote_ends_its_sessions_and_the_next_session_gets_a_new_one():
+    with _server(slots=1, max_sessions=3, session_idle_timeout=120) as base:
+        a, b = sid(), sid()
+        for s in (a, b):
+            assert cell(base, s, f"value = {s!r}")["status"] == "Success"
+        uids = {_session_uid(base, s) for s in (a, b)}
+        server_pid = get(base + "/health")["pid"]
+        zygote = _zygote(server_pid)
+        os.kill(zygote, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while get(base + "/health")["sessions"]["counters"]["died"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert get(base + "/health")["sessions"]["live"] == 0
+        _wait_boxes_free(base, 3)
+        assert uid_processes(range(min(uids), max(uids) + 1)) == []  # the sessions went with their zygote
+        for s in (a, b):
+            body = cell(base, s, "import sys\nprint('sympy' in sys.modules)\nprint(value)")
+            stderr = body["run_result"]["stderr"]
+            assert stderr.startswith(LOST + f"{s!r} lost its state") and "session zygote went away" in stderr, stderr
+            assert "NameError" in stderr and out(body) == "True\n"  # a new session, from a new zygote
+        assert _zygote(server_pid) != zygote

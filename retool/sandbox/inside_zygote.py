@@ -1,0 +1,200 @@
+"""The session zygote: one preimported interpreter that forks every session's interpreter, as source text for
+``python -c`` (it must not import ``retool``).
+
+``ZYGOTE``: ``python -c ZYGOTE SOCKET_FD NAMESPACES RUNS TMPFS_BYTES PREIMPORT``. It makes itself the subreaper of
+what it forks, imports the PREIMPORT modules as a fork server does (``inside.FORKING``: the garbage collector's view
+frozen, still single-threaded), says ``R<report>`` and serves start requests, several at once. A request is
+``N<token>\\0<uid>\\0<run dir name>\\0<limits>`` with two fds (the session's control socket end, its log). Per
+request it forks a *starter*, which
+
+- with NAMESPACES=1 (the bwrap tier, whose sandbox gave the zygote CAP_SYS_ADMIN and CAP_NET_ADMIN for this) enters
+  new mount, IPC, network, UTS and pid namespaces; makes every mount private; binds the session's own work dir
+  (``RUNS/<name>/work``) at ``/workspace`` (nosuid, nodev) and detaches RUNS, so no other session's directory is
+  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each), a fresh mqueue, and
+  brings up its own loopback;
+- forks the session's interpreter (pid 1 of the new pid namespace), reports ``P<pid>`` on a pipe and exits, so the
+  interpreter becomes the zygote's child.
+
+The interpreter mounts its own ``/proc``, takes its fds (stdin /dev/null, stdout and stderr the log, the control
+socket as fd 3, every other fd closed), starts a new session, reseeds the random generators the fork copied, drops
+the capability bounding set, every group and to ``uid`` (which clears the capabilities it held), sets
+``no_new_privs`` and runs ``inside_session``'s loop: from here on it is the session's interpreter as a fresh one
+would be, except that the preimported modules are already in ``sys.modules``.
+
+The zygote tells the server ``P<token> <pid>`` once a session started, ``F<token> <reason>`` if its start failed
+and ``X<token> <exit code>`` when its interpreter exited (it reaps them: a subreaper inherits the interpreter when its
+starter exits). Everything a session runs is the session's uid's and is killed and stopped by uid, as a fresh
+session's is. The zygote runs no code but its own and the preimported packages' module-level code.
+"""
+
+from __future__ import annotations
+
+from retool.sandbox.inside import COMMON, FORKING, source_arg
+from retool.sandbox.inside_session import SESSION_LOOP
+
+ZYGOTE = COMMON + FORKING + SESSION_LOOP + """\
+import ctypes, fcntl, selectors, struct
+_retool_libc = ctypes.CDLL(None, use_errno=True)
+_retool_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+_retool_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+_retool_libc.unshare.argtypes = (ctypes.c_int,)
+_retool_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 32, 4096, 16384, 1 << 18
+_NEW_NAMESPACES = 0x00020000 | 0x08000000 | 0x40000000 | 0x04000000 | 0x20000000  # mount, ipc, net, uts, pid
+def _retool_check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, what + ": " + os.strerror(errno))
+def _retool_mount(source, target, fstype, flags, data=None):
+    def raw(text):
+        return None if text is None else text.encode()
+    _retool_check(_retool_libc.mount(raw(source), raw(target), raw(fstype), flags, raw(data)), "mount " + target)
+def _retool_unmount(target):
+    _retool_check(_retool_libc.umount2(target.encode(), 2), "umount " + target)  # MNT_DETACH
+def _retool_own_namespaces(work, runs, tmpfs):
+    _retool_check(_retool_libc.unshare(_NEW_NAMESPACES), "unshare")
+    _retool_mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here reaches the zygote
+    _retool_mount(work, "/workspace", None, _MS_BIND)
+    _retool_mount(None, "/workspace", None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+    _retool_unmount(runs)  # every other sandbox's directory goes with it
+    for target in ("/tmp", "/dev/shm"):
+        _retool_mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=" + tmpfs)
+    _retool_mount("mqueue", "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # SIOCSIFFLAGS lo: up, loopback, running
+        fcntl.ioctl(probe, 0x8914, struct.pack("16sh22x", b"lo", 0x1 | 0x8 | 0x40))
+def _retool_become(uid, namespaces, ctl_fd, log_fd, work):
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.dup2(ctl_fd, 3)
+    _retool_close_except(3)
+    if namespaces:
+        _retool_unmount("/proc")
+        _retool_mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    os.setsid()
+    _retool_reseed()
+    os.environ["HOME"] = work
+    os.environ["TMPDIR"] = "/tmp" if namespaces else work
+    for cap in range(64):
+        if _retool_libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP; EINVAL: past the last
+            _retool_check(-1, "dropping capability %d" % cap)
+    _retool_drop(uid)
+    _retool_check(_retool_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    os.chdir(work)
+def _retool_starter(request, fds, report, namespaces, runs, tmpfs):
+    try:
+        uid, name, limits = request
+        if len(fds) != 2 or "/" in name or name in ("", ".", ".."):
+            raise ValueError("malformed start request")
+        work = runs + "/" + name + "/work"
+        if namespaces:
+            _retool_own_namespaces(work, runs, tmpfs)
+            work = "/workspace"
+        pid = os.fork()
+    except BaseException as exc:
+        try:
+            os.write(report, b"F" + repr(exc).encode()[:300])
+        finally:
+            os._exit(1)
+    if pid:
+        os.write(report, b"P%d" % pid)
+        os._exit(0)
+    try:
+        os.close(report)
+        _retool_become(int(uid), namespaces, fds[0], fds[1], work)
+        _retool_session(3, limits, work, True)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    os._exit(70)
+def _retool_zygote():
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    namespaces, runs, tmpfs = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
+    _retool_check(_retool_libc.prctl(36, 1, 0, 0, 0), "subreaper")  # PR_SET_CHILD_SUBREAPER
+    ctl.send(b"R" + _retool_preimport(sys.argv[5]))
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    selector = selectors.DefaultSelector()
+    selector.register(ctl, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    starting, live = {}, {}  # report pipe -> token; interpreter pid -> token
+    def take_reports():
+        # A starter reports before it exits, and only its exit hands the interpreter to us: when an interpreter
+        # can be reaped, its report is already in its pipe.
+        for fd in list(starting):
+            try:
+                data = os.read(fd, 512)
+            except BlockingIOError:
+                continue
+            token = starting.pop(fd)
+            selector.unregister(fd)
+            os.close(fd)
+            if data[:1] == b"P":
+                live[int(data[1:])] = token
+                ctl.send(b"P%s %s" % (token, data[1:]))
+            else:
+                ctl.send(b"F%s %s" % (token, data[1:] or b"its starter exited without a report"))
+    def reap():
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            token = live.pop(pid, None)
+            if token is not None:
+                ctl.send(b"X%s %d" % (token, os.waitstatus_to_exitcode(status)))
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is ctl:
+                message, fds, _, _ = socket.recv_fds(ctl, 4096, 2)
+                if not message:
+                    os._exit(0)
+                token, *request = message[1:].decode().split("\\0")
+                token = token.encode()
+                report_r, report_w = os.pipe()
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    for fd in (*fds, report_r, report_w):
+                        os.close(fd)
+                    ctl.send(b"F%s %s" % (token, str(exc).encode()))
+                    continue
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    selector.close()
+                    ctl.close()
+                    for fd in (wake_r, wake_w, report_r, *starting):
+                        os.close(fd)
+                    _retool_starter(request, fds, report_w, namespaces, runs, tmpfs)
+                os.close(report_w)
+                for fd in fds:
+                    os.close(fd)
+                os.set_blocking(report_r, False)
+                starting[report_r] = token
+                selector.register(report_r, selectors.EVENT_READ)
+            else:
+                if key.fileobj == wake_r:
+                    while True:
+                        try:
+                            if not os.read(wake_r, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                take_reports()
+                reap()
+try:
+    _retool_zygote()
+except BaseException:
+    import traceback
+    traceback.print_exc()
+    os._exit(70)
+"""
+
+ZYGOTE_ARG = source_arg(ZYGOTE)

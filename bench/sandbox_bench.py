@@ -314,7 +314,7 @@ MIB = 1024 * 1024
 
 def _proc_tree_pss_mib(uids: range) -> float | None:
     """Proportional set size (MiB) of every process of ``uids`` and of the bwrap processes above them (a session's
-    sandbox); None where /proc does not tell (not root)."""
+    own sandbox) or the session zygote they were forked from; None where /proc does not tell (not root)."""
     if os.geteuid() != 0:
         return None
     pids: set[int] = set()
@@ -331,6 +331,9 @@ def _proc_tree_pss_mib(uids: range) -> float | None:
                 pids.add(pid)
                 try:
                     pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    if b"_retool_zygote" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+                        pids.add(pid)  # the zygote's pages are shared with its sessions: its share is theirs
+                        break
                     if (Path("/proc") / str(pid) / "comm").read_text().strip() != "bwrap":
                         break
                 except (OSError, IndexError, ValueError):
@@ -409,7 +412,8 @@ def render_sessions(rows: list[dict], meta: dict) -> str:
         f"memory floor {rows[0]['floor_mb']} MiB. Per first cell: that many sessions opened "
         f"{meta['concurrency']} at a time, a second cell in each, then all idle (stopped) before memory was read. "
         "MemAvailable is the host's (other work moves it too); Pss counts the sessions' own processes (their "
-        "interpreters and bwrap), shared pages split among the processes that map them.",
+        "interpreters, and bwrap's where a session has a sandbox of its own, else the session zygote they were forked "
+        "from), shared pages split among the processes that map them.",
         "",
         "| first cell | sessions | live when idle | opened in s | first cell p50 / p99 ms | later cell p50 ms "
         "| MemAvailable fall per session MiB | Pss per session MiB | idle sessions that fit above the floor |",

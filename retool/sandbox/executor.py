@@ -151,6 +151,7 @@ class Executor:
         self.sandboxes_started = 0
         self.sandboxes_retired = 0
         self._zygote: SessionZygote | None = None
+        self.session_fork_failure = ""  # why sessions are no longer forked here, if a zygote could start none
         self._closing: set[asyncio.Task] = set()
 
     def _run_dir(self, box: int) -> str:
@@ -257,18 +258,26 @@ class Executor:
     def forks_sessions(self) -> bool:
         """Whether sessions are forked from a preimported session zygote (fork mode on a tier with a uid per
         session) rather than started as a sandbox and interpreter of their own."""
-        return self.mode == "fork" and self.isolation.can_fork_sessions
+        return self.mode == "fork" and self.isolation.can_fork_sessions and not self.session_fork_failure
 
     def _session_zygote(self) -> SessionZygote | None:
         if not self.forks_sessions:
             return None
         zygote = self._zygote
+        if zygote is not None and zygote.start_failure and not zygote.started:
+            # This host refuses what a forked session needs (a namespace, a mount): start sessions afresh from now.
+            self.session_fork_failure = zygote.start_failure
+            log.error("sessions cannot be forked from the session zygote here (%s); every session now starts a "
+                      "sandbox and interpreter of its own", zygote.start_failure)
+            zygote.healthy = False
         if zygote is not None and not zygote.healthy:
             self.sandboxes_retired += 1
             task = asyncio.ensure_future(zygote.close())  # its sessions are gone with it already
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
-            zygote = None
+            zygote = self._zygote = None
+        if self.session_fork_failure:
+            return None
         if zygote is None:
             self.sandboxes_started += 1
             run_dir = os.path.join(self.root, f"session-zygote-{self.sandboxes_started}")

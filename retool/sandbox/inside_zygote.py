@@ -10,8 +10,8 @@ request it forks a *starter*, which
 - with NAMESPACES=1 (the bwrap tier, whose sandbox gave the zygote CAP_SYS_ADMIN and CAP_NET_ADMIN for this) enters
   new mount, IPC, network, UTS and pid namespaces; makes every mount private; binds the session's own work dir
   (``RUNS/<name>/work``) at ``/workspace`` (nosuid, nodev) and detaches RUNS, so no other session's directory is
-  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each), a fresh mqueue, and
-  brings up its own loopback;
+  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each), a fresh mqueue and
+  devpts (``/dev/ptmx`` points into it), and brings up its own loopback;
 - forks the session's interpreter (pid 1 of the new pid namespace), reports ``P<pid>`` on a pipe and exits, so the
   interpreter becomes the zygote's child.
 
@@ -60,6 +60,7 @@ def _retool_own_namespaces(work, runs, tmpfs):
     for target in ("/tmp", "/dev/shm"):
         _retool_mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=" + tmpfs)
     _retool_mount("mqueue", "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    _retool_mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # SIOCSIFFLAGS lo: up, loopback, running
         fcntl.ioctl(probe, 0x8914, struct.pack("16sh22x", b"lo", 0x1 | 0x8 | 0x40))
 def _retool_become(uid, namespaces, ctl_fd, log_fd, work):

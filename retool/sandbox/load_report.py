@@ -175,6 +175,8 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "latency_s": percentiles([r.end - r.start for r in answered]),
         "limit_wait_s": percentiles([r.limit_wait_s for r in answered]),
         "server_wait_s": percentiles([max(0.0, r.last_attempt_s - r.execution_s) for r in ran]),
+        # the programs' own run time: what a call costs the sandbox's cores beyond the server's handling of it
+        "run_s_mean": sum(r.execution_s for r in ran) / len(ran) if ran else None,
         "throughput": {"overall": len(answered) / span if span else None, "saturated": saturated,
                        "saturated_s": saturated_s, "slots": slots, "span_s": span},
         "cpu": {"server_s": server_cpu, "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
@@ -191,7 +193,7 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
     if bases:
         # Measured before and after the load, the sandbox's own throughput is their mean: the load is compared with
         # the host as it was around it, not with one short reading of a host whose speed drifts.
-        summary["baseline"] = {key: bases[0][key] for key in ("throughput", "cpu", "calls", "latency_s")}
+        summary["baseline"] = {key: bases[0][key] for key in ("throughput", "cpu", "calls", "latency_s", "run_s_mean")}
         readings = [base["throughput"]["saturated"] for base in bases]
         own = sum(readings) / len(readings) if all(readings) else 0.0
         summary["baseline"]["throughput"] = {**bases[0]["throughput"], "saturated": own, "readings": readings}

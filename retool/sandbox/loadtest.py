@@ -204,6 +204,18 @@ class LoadTest:
         if self.server_pid is None and isinstance(health.get("pid"), int) and proctree.is_sandbox_server(health["pid"]):
             self.server_pid = health["pid"]
         self.calibration = await self.calibrate()
+        if self.spec.session_mode == "per_trajectory":
+            await self.warm_up_sessions()
+
+    async def warm_up_sessions(self) -> None:
+        """One session opened and closed before anything is measured: what a server starts once, for its first
+        session (retool-sandbox's session zygote, which imports numpy and sympy), is not part of the baseline."""
+        client = SandboxClient(self.url, self.settings.client_policy())
+        session_id = f"loadtest-warm-up-{uuid.uuid4().hex[:8]}"
+        try:
+            await client.run("pass", session_id=session_id)
+        finally:
+            await client.close_session(session_id)
 
     async def baseline(self) -> LoadResult:
         """The load's own trajectory lengths (``like_lengths``: about ``baseline_calls`` calls), BASELINE_CONCURRENCY

@@ -49,6 +49,8 @@ class SessionZygote(ControlledSandbox):
         self.healthy = True
         self.closed = False
         self.sessions: dict[str, Callable[[str, str], None]] = {}  # token -> where its reports go
+        self.started = 0  # sessions it started
+        self.start_failure = ""  # why the first start it refused failed
         self._tokens = itertools.count(1)
         asyncio.get_running_loop().add_reader(self.sock.fileno(), self._on_message)
 
@@ -81,8 +83,12 @@ class SessionZygote(ControlledSandbox):
             token, _, value = rest.partition(" ")
             on_report = self.sessions.get(token)
             if kind in (b"P", b"F", b"X") and on_report is not None:
-                if kind != b"P":
+                if kind == b"P":
+                    self.started += 1
+                else:
                     del self.sessions[token]
+                if kind == b"F":
+                    self.start_failure = self.start_failure or value
                 on_report(kind.decode(), value)
             else:
                 log.error("the session zygote said %r out of turn; retiring it", data[:200])
@@ -98,6 +104,8 @@ class SessionZygote(ControlledSandbox):
             self.ready.set_result(False)
         sessions, self.sessions = list(self.sessions.values()), {}
         reason = f"its session zygote went away ({why}: {self.start_error or self.log_tail() or 'no output'})"
+        if not self.started and not self.closed:
+            self.start_failure = self.start_failure or reason  # it never worked here: see Executor
         for on_report in sessions:
             on_report("F", reason)
         if not self.closed:

@@ -6,21 +6,26 @@ run as the uid for it. Spawning ``kill`` for each signal forks the whole server:
 memory, and a stateful session sends three signals per cell (resume, then stop twice) and two more when it closes.
 Measured on this 2-core host: 8 ms of CPU per spawned signal from a 50 MiB process, 28 ms from a 400 MiB one.
 
-So the server keeps one small root helper (``python -I -S``, started on first use and again if it ever dies) that
-forks a child per request; the child drops to the uid (no groups, no capabilities left) and signals. Requests from
-the server's threads take turns on one pipe. A child that does not finish within ``ANSWER_TIMEOUT_S`` (a sandbox
-program of that uid may stop it: it has the child's uid) is killed and the request fails, as does a helper that
-stops answering (it is then replaced).
+So the server keeps small root helpers (``python -I -S``, each started on first use and again if it ever dies) that
+fork a child per request; the child drops to the uid (no groups, no capabilities left) and signals. A helper serves
+one request at a time (about 1 ms); a request from one of the server's threads takes the first idle helper of a pool
+of ``pool_size()`` (one per 16 cores, at least 2, at most 32: a cell costs three signals, and on hundreds of cores
+the calls' rate would keep one helper busy), so on a small host only one or two ever start. A child that does not
+finish within ``ANSWER_TIMEOUT_S`` (a sandbox program of that uid may stop it: it has the child's uid) is killed and
+the request fails, as does a helper that stops answering (it is then replaced).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import signal
 import subprocess
 import sys
 import threading
+
+from retool.sandbox import host
 
 ANSWER_TIMEOUT_S = 10.0
 _PASSES = {"KILL": 2, "STOP": 2}  # a second pass catches a fork that raced the first
@@ -90,31 +95,55 @@ class _Helper:
             proc.stdout.close()
 
     def request(self, uid: int, signum: int, passes: int) -> str:
+        """One request; the caller holds ``lock``."""
         line = b"%d %d %d\n" % (uid, signum, passes)
-        with self.lock:
-            if self.owner != os.getpid():
-                self.proc, self.owner = None, os.getpid()
-            for _ in range(2):  # a helper that died since the last request is replaced once (signals may repeat)
-                if self.proc is None or self.proc.poll() is not None:
-                    self._stop()
-                    self.proc = self._start()
-                try:
-                    self.proc.stdin.write(line)
-                    self.proc.stdin.flush()
-                except BrokenPipeError:
-                    self._stop()
-                    continue
-                if not select.select([self.proc.stdout], [], [], ANSWER_TIMEOUT_S)[0]:
-                    self._stop()  # wedged: the signal's fate is unknown
-                    return f"error the uid-signalling helper gave no answer within {ANSWER_TIMEOUT_S:.0f} s"
-                reply = self.proc.stdout.readline().decode(errors="replace").strip()
-                if reply:
-                    return reply
-                self._stop()  # it ended before answering
-            return "error the uid-signalling helper exits as soon as it starts"
+        if self.owner != os.getpid():
+            self.proc, self.owner = None, os.getpid()
+        for _ in range(2):  # a helper that died since the last request is replaced once (signals may repeat)
+            if self.proc is None or self.proc.poll() is not None:
+                self._stop()
+                self.proc = self._start()
+            try:
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                self._stop()
+                continue
+            if not select.select([self.proc.stdout], [], [], ANSWER_TIMEOUT_S)[0]:
+                self._stop()  # wedged: the signal's fate is unknown
+                return f"error the uid-signalling helper gave no answer within {ANSWER_TIMEOUT_S:.0f} s"
+            reply = self.proc.stdout.readline().decode(errors="replace").strip()
+            if reply:
+                return reply
+            self._stop()  # it ended before answering
+        return "error the uid-signalling helper exits as soon as it starts"
 
 
-_helper = _Helper()
+def pool_size(cores: int) -> int:
+    """Helpers for a server on ``cores`` cores: one per 16 (one helper serves the signals of ~40 busy cores' cells),
+    at least 2, at most 32 (the server signals from its default thread pool, of at most 32 threads)."""
+    return min(32, max(2, cores // 16))
+
+
+class _Pool:
+    def __init__(self, size: int) -> None:
+        self.helpers = [_Helper() for _ in range(size)]
+        self._next = itertools.count()
+
+    def request(self, uid: int, signum: int, passes: int) -> str:
+        for helper in self.helpers:
+            if helper.lock.acquire(blocking=False):
+                break
+        else:  # every helper is busy: queue on one, in turn
+            helper = self.helpers[next(self._next) % len(self.helpers)]
+            helper.lock.acquire()
+        try:
+            return helper.request(uid, signum, passes)
+        finally:
+            helper.lock.release()
+
+
+_pool = _Pool(pool_size(host.cores()))
 
 
 def signal_uid(uid: int, sig: str) -> None:
@@ -122,12 +151,12 @@ def signal_uid(uid: int, sig: str) -> None:
 
     RuntimeError if it could not be done (the server lacks root, the helper is broken).
     """
-    reply = _helper.request(uid, signal.Signals["SIG" + sig].value, _PASSES.get(sig, 1))
+    reply = _pool.request(uid, signal.Signals["SIG" + sig].value, _PASSES.get(sig, 1))
     if reply != "ok":
         raise RuntimeError(f"signalling the processes of uid {uid} failed: {reply.removeprefix('error ')}")
 
 
-def helper_pid() -> int | None:
-    """The helper's pid while it runs (for tests)."""
-    proc = _helper.proc
-    return proc.pid if proc is not None and proc.poll() is None else None
+def helper_pids() -> list[int | None]:
+    """Each pooled helper's pid while it runs, else None (for tests)."""
+    return [proc.pid if proc is not None and proc.poll() is None else None
+            for proc in (helper.proc for helper in _pool.helpers)]

@@ -492,12 +492,14 @@ _INSIDE = (
     "listener.bind(('127.0.0.1', 0))\n"
     "listener.listen()\n"
     "mine = socket.create_connection(listener.getsockname(), timeout=2)\n"
+    "terminal = os.openpty()\n"
     "print(json.dumps({'preimported': 'sympy' in sys.modules, 'uid': os.getuid(), 'pid': os.getpid(),\n"
     "    'procs': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
     "    'caps': [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')],\n"
     "    'no_new_privs': status['NoNewPrivs'].strip(), 'runs': os.listdir('/.retool-runs'),\n"
     "    'port': listener.getsockname()[1], 'draws': [random.random(), float(numpy.random.rand())],\n"
-    "    'workdir': os.getcwd(), 'home': os.environ['HOME'], 'tmpdir': os.environ['TMPDIR']}))\n"
+    "    'workdir': os.getcwd(), 'home': os.environ['HOME'], 'tmpdir': os.environ['TMPDIR'],\n"
+    "    'ptys': sorted(os.listdir('/dev/pts'))}))\n"
 )
 
 
@@ -512,7 +514,7 @@ def test_forked_sessions_are_preimported_and_isolated_from_each_other(url):
         assert seen[s]["preimported"] and seen[s]["pid"] == 1 and seen[s]["procs"] == [1], seen[s]
         assert seen[s]["caps"] == ["0000000000000000"] * 5 and seen[s]["no_new_privs"] == "1"
         assert seen[s]["runs"] == [] and seen[s]["workdir"] == seen[s]["home"] == "/workspace"
-        assert seen[s]["tmpdir"] == "/tmp"
+        assert seen[s]["tmpdir"] == "/tmp" and seen[s]["ptys"] == ["0", "ptmx"]  # its own pty, none of the other's
     assert seen[a]["uid"] != seen[b]["uid"] and seen[a]["draws"][0] != seen[b]["draws"][0]
     assert seen[a]["draws"][1] != seen[b]["draws"][1]
     # a's listener (still open: it is a's state) cannot be reached from b's network namespace.
@@ -552,3 +554,39 @@ def test_a_lost_zygote_ends_its_sessions_and_the_next_session_gets_a_new_one():
             assert stderr.startswith(LOST + f"{s!r} lost its state") and "session zygote went away" in stderr, stderr
             assert "NameError" in stderr and out(body) == "True\n"  # a new session, from a new zygote
         assert _zygote(server_pid) != zygote
+
+
+def test_sessions_start_afresh_where_the_zygote_cannot_start_them(tmp_path, monkeypatch):
+    """A host that refuses what a forked session needs (here: the starter's bind of the work dir fails, as a mount
+    would under a restrictive security profile) loses one session start, then every session starts afresh."""
+    import asyncio
+    import sys
+
+    from retool.sandbox.executor import Executor
+    from retool.sandbox.isolation import Interpreter, Limits, make_isolation
+    from retool.sandbox.uids import reserve_uids
+
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("forked sessions need a root server with bubblewrap")
+
+    async def scenario() -> None:
+        first, lock = reserve_uids(8)
+        iso = make_isolation("bwrap", Interpreter.probe(sys.executable), first)
+        monkeypatch.setattr(iso, "zygote_runs", lambda runs: "/no-such-runs")
+        executor = Executor(iso, Limits(None, 20, 64, 16), str(tmp_path))
+        try:
+            assert executor.forks_sessions
+            refused = executor.start_session(4, None)
+            with pytest.raises(RuntimeError, match="could not be started: .*mount"):
+                await refused.wait_ready()
+            await refused.close()
+            fresh = executor.start_session(5, None)
+            await fresh.wait_ready()
+            assert fresh.zygote is None and not executor.forks_sessions
+            assert "mount" in executor.session_fork_failure
+            await fresh.close()
+        finally:
+            await executor.close()
+            os.close(lock)
+
+    asyncio.run(scenario())

@@ -22,7 +22,8 @@ from retool.sandbox.plumbing import CappedBuffer
 from retool.sandbox.protocol import RequestError, parse_run_request
 from retool.sandbox.server import SlotPool
 from retool.sandbox.spawn import running_sandbox
-from retool.sandbox.uid_signals import helper_pid, signal_uid
+from retool.sandbox import uid_signals
+from retool.sandbox.uid_signals import helper_pids, signal_uid
 from retool.sandbox.uids import HIGH_UIDS, LOW_UIDS, _choose, kill_leftovers, reserve_uids
 
 
@@ -299,8 +300,9 @@ def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range():
             proc.wait()
 
 
-def _stopped(procs: list[subprocess.Popen]) -> list[bool]:
-    """Whether each process is stopped, once that settles (a signal lands asynchronously)."""
+def _stopped(procs: list[subprocess.Popen], expected: list[bool]) -> list[bool]:
+    """Whether each process is stopped, once that is ``expected`` or 5 s passed (a signal lands when its target
+    is next scheduled, which on a busy host can take a while)."""
     def states() -> list[bool]:
         out = []
         for proc in procs:
@@ -308,12 +310,15 @@ def _stopped(procs: list[subprocess.Popen]) -> list[bool]:
                 out.append(next(line.split()[1] for line in fh if line.startswith("State:")) == "T")
         return out
     seen, deadline = states(), time.monotonic() + 5
-    while time.monotonic() < deadline:
+    while seen != expected and time.monotonic() < deadline:
         time.sleep(0.05)
-        seen, before = states(), seen
-        if seen == before:
-            return seen
-    return seen
+        seen = states()
+    time.sleep(0.1)  # and nothing else follows: the other uid's process stays as it was
+    return states()
+
+
+def test_the_signal_helpers_grow_with_the_host():
+    assert [uid_signals.pool_size(cores) for cores in (1, 2, 16, 64, 192, 320, 1024)] == [2, 2, 2, 4, 12, 20, 32]
 
 
 def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
@@ -323,14 +328,19 @@ def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
     procs = [subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[]) for uid in (target, target, other)]
     try:
         signal_uid(target, "STOP")
-        assert _stopped(procs) == [True, True, False]
+        assert _stopped(procs, [True, True, False]) == [True, True, False]
         signal_uid(target, "CONT")
-        assert _stopped(procs) == [False, False, False]
-        helper = helper_pid()
+        assert _stopped(procs, [False, False, False]) == [False, False, False]
+        helper = helper_pids()[0]
         os.kill(helper, 9)  # a helper that died is replaced at the next request
-        signal_uid(target, "KILL")
+        signal_uid(target, "STOP")
+        assert _stopped(procs, [True, True, False]) == [True, True, False]
+        assert helper_pids()[0] not in (None, helper)
+        # While the first helper is busy (its lock held), a request is served by the next one, not queued.
+        with uid_signals._pool.helpers[0].lock:
+            signal_uid(target, "KILL")
         assert [p.wait(timeout=10) for p in procs[:2]] == [-9, -9] and procs[2].poll() is None
-        assert helper_pid() not in (None, helper)
+        assert helper_pids()[1] is not None
         signal_uid(target, "KILL")  # nothing left to signal is not an error
         for uid in (0, os.getuid(), 999):
             with pytest.raises(ValueError, match="not a dedicated sandbox uid"):

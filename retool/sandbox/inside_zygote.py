@@ -10,7 +10,8 @@ request it forks a *starter*, which
 - with NAMESPACES=1 (the bwrap tier, whose sandbox gave the zygote CAP_SYS_ADMIN and CAP_NET_ADMIN for this) enters
   new mount, IPC, network, UTS and pid namespaces; makes every mount private; binds the session's own work dir
   (``RUNS/<name>/work``) at ``/workspace`` (nosuid, nodev) and detaches RUNS, so no other session's directory is
-  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each), a fresh mqueue and
+  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each; what the sandbox
+  mounted below them, such as an interpreter under /tmp, is bound into them again, read-only), a fresh mqueue and
   devpts (``/dev/ptmx`` points into it), and brings up its own loopback;
 - forks the session's interpreter (pid 1 of the new pid namespace), reports ``P<pid>`` on a pipe and exits, so the
   interpreter becomes the zygote's child.
@@ -39,7 +40,8 @@ _retool_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p
 _retool_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 _retool_libc.unshare.argtypes = (ctypes.c_int,)
 _retool_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 32, 4096, 16384, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 8192, 16384, 1 << 18)
 _NEW_NAMESPACES = 0x00020000 | 0x08000000 | 0x40000000 | 0x04000000 | 0x20000000  # mount, ipc, net, uts, pid
 def _retool_check(result, what):
     if result != 0:
@@ -51,6 +53,28 @@ def _retool_mount(source, target, fstype, flags, data=None):
     _retool_check(_retool_libc.mount(raw(source), raw(target), raw(fstype), flags, raw(data)), "mount " + target)
 def _retool_unmount(target):
     _retool_check(_retool_libc.umount2(target.encode(), 2), "umount " + target)  # MNT_DETACH
+def _retool_mounts_below(top):
+    found = set()
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            point = line.split()[4].decode("unicode_escape")  # octal escapes such as \\040
+            if point.startswith(top + "/"):
+                found.add(point)
+    kept = []
+    for point in sorted(found):
+        if not any(point.startswith(outer + "/") for outer in kept):
+            kept.append(point)
+    return kept
+def _retool_fresh_tmpfs(target, staging, tmpfs):
+    # A fresh tmpfs on target that still shows what the sandbox mounted below it (the interpreter's own tree, read-only,
+    # when it lives under /tmp): built on the empty staging directory, then moved over target.
+    _retool_mount("tmpfs", staging, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=" + tmpfs)
+    for point in _retool_mounts_below(target):
+        inside = staging + point[len(target):]
+        os.makedirs(inside, mode=0o755, exist_ok=True)
+        _retool_mount(point, inside, None, _MS_BIND | _MS_REC)
+        _retool_mount(None, inside, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    _retool_mount(staging, target, None, _MS_MOVE)
 def _retool_own_namespaces(work, runs, tmpfs):
     _retool_check(_retool_libc.unshare(_NEW_NAMESPACES), "unshare")
     _retool_mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here reaches the zygote
@@ -58,7 +82,7 @@ def _retool_own_namespaces(work, runs, tmpfs):
     _retool_mount(None, "/workspace", None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
     _retool_unmount(runs)  # every other sandbox's directory goes with it
     for target in ("/tmp", "/dev/shm"):
-        _retool_mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=" + tmpfs)
+        _retool_fresh_tmpfs(target, runs, tmpfs)
     _retool_mount("mqueue", "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _retool_mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # SIOCSIFFLAGS lo: up, loopback, running

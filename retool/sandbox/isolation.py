@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retool.sandbox.inside import SWEEP_ARG
+from retool.sandbox.proctree import programs_below
 from retool.sandbox.uid_signals import signal_uid
 
 TIERS = ("bwrap", "rlimit", "none")
@@ -284,33 +285,6 @@ class RlimitIsolation(Isolation):
             )
 
 
-def _programs_below(pid: int) -> list[int]:
-    """Processes descending from ``pid``, except bwrap's own: a non-root sandbox's programs as the host sees them."""
-    parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-                parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])  # field 4, after (comm)
-            except (OSError, ValueError, IndexError):
-                continue
-    found: list[int] = []
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found += frontier
-    return [child for child in found if _comm(child) != "bwrap"]
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
 def _unreachable_parent(path: str) -> str | None:
     """The first directory on the way to ``path`` (symlinks followed) that others cannot search, if any."""
     for target in {path, os.path.realpath(path)}:
@@ -437,7 +411,7 @@ class BwrapIsolation(Isolation):
             kill_uid(uid, sig)
             return
         for _ in range(2 if sig in ("KILL", "STOP") else 1):
-            for child in _programs_below(pid):
+            for child in programs_below(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(child, signal.Signals["SIG" + sig])
 

@@ -11,6 +11,8 @@ process used after the last reading is lost: read often (every second) where ses
 ``pss_mib`` adds up the processes' proportional set size (shared pages split among the processes that map them), the
 memory the tree holds without counting preimported libraries once per process; it reads one ``smaps_rollup`` per
 process, milliseconds per hundred processes: call it now and then, not every second.
+
+``programs_below`` finds what runs below a process except bwrap's own (how a non-root server signals a sandbox).
 """
 
 from __future__ import annotations
@@ -122,3 +124,30 @@ def is_sandbox_server(pid: int) -> bool:
     except OSError:
         return False
     return b"serve" in argv and any(b"retool.sandbox" in arg or b"retool-sandbox" in arg for arg in argv)
+
+
+def programs_below(pid: int) -> list[int]:
+    """Processes descending from ``pid``, except bwrap's own: a non-root sandbox's programs as the host sees them."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+                parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])  # field 4, after (comm)
+            except (OSError, ValueError, IndexError):
+                continue
+    found: list[int] = []
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += frontier
+    return [child for child in found if _comm(child) != "bwrap"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""

@@ -41,7 +41,6 @@ class SessionZygote(ControlledSandbox):
         args = ["-c", ZYGOTE_ARG, str(self.child_fd), namespaces, iso.zygote_runs(runs), tmpfs, preimport]
         launch = iso.launch_session_zygote(self.workdir, runs, args)
         self.preimport = preimport
-        self.imported: list[str] = []
         self.start_error = ""
         stdin_r, stdin_w = os.pipe()
         os.close(stdin_w)
@@ -73,7 +72,7 @@ class SessionZygote(ControlledSandbox):
                 return
             kind, rest = data[:1], data[1:].decode(errors="replace")
             if kind == b"R" and not self.ready.done():
-                self.imported, _, warnings, self.start_error = read_ready_report(rest, self.preimport)
+                _, _, warnings, self.start_error = read_ready_report(rest, self.preimport)
                 for warning in warnings:
                     log.warning("the session zygote's preimport skipped %s", warning)
                 self.ready.set_result(not self.start_error)

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,8 @@ BASELINE_CALLS = 400
 PAPER_CORES = (192, 320)
 THROUGHPUT_TARGET = 0.9
 LEAVE_FREE_MB = 6144  # the memory floor here: the sandbox may use what is free above it
+PROBE_GIB = 4  # new memory the host probe touches before the runs (a virtual machine may price it per page)
+DEAR_MEMORY = 3.0  # the probe's dearest GiB over its cheapest from which the section explains what that does
 
 
 def scaled_tokens_per_s(spec: LoadSpec, capacity: float) -> float:
@@ -84,6 +87,10 @@ async def measure(url: str, mode: str, trajectories: int, baseline_calls: int) -
 
 def _f(value, digits: int = 1, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def targets(summary: dict) -> list[tuple[str, str, bool]]:
@@ -130,6 +137,61 @@ def paper(summary: dict) -> list[str]:
                      f"{per_session:.1f} MiB each; a node that leaves the sandbox 64 GiB holds "
                      f"{int(64 * 1024 / per_session)} such sessions, 16 GiB {int(16 * 1024 / per_session)}")
     return lines
+
+
+# ---- what new memory costs on this host ---------------------------------------------------------------------------
+# A per_trajectory load keeps hundreds of sessions alive, each with pages of its own, and starts new ones as old ones
+# end; the concurrency-2 baseline has a few alive, and each reuses the pages the last one freed. On bare metal a page
+# costs the same either way. A virtual machine that hands freed memory back to its hypervisor (virtio-balloon free
+# page reporting) pays the hypervisor's fault on every page touched again, many times a kept page's cost: the probe
+# below puts the figures into the section, so that the reader can tell the host from the sandbox.
+
+
+def free_page_reporting() -> int | None:
+    """The page order from which this machine reports freed memory to its hypervisor, None when it does not
+    (no virtio-balloon device with VIRTIO_BALLOON_F_REPORTING, feature bit 5)."""
+    for features in Path("/sys/bus/virtio/drivers/virtio_balloon").glob("virtio*/features"):
+        try:
+            if features.read_text().strip()[5:6] == "1":
+                return int(Path("/sys/module/page_reporting/parameters/page_reporting_order").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def touch_cost_us(steps: int, step: int = 1 << 30) -> list[float]:
+    """Microseconds per page to touch ``steps`` x ``step`` bytes of new anonymous memory, one figure per step."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    costs = []
+    with mmap.mmap(-1, steps * step, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as memory:
+        for start in range(0, steps * step, step):
+            began = time.perf_counter()
+            for offset in range(start, start + step, page):
+                memory[offset] = 1
+            costs.append((time.perf_counter() - began) / (step // page) * 1e6)
+    return costs
+
+
+def _memory_paragraph(meta: dict) -> list[str]:
+    costs = meta.get("touch_us")
+    if not costs:
+        return []
+    order = meta.get("page_reporting_order")
+    page_kib = meta.get("page_kib", 4)
+    reporting = ("this machine reports no freed memory to a hypervisor" if order is None else
+                 f"this machine hands freed memory back to its hypervisor: virtio-balloon free page reporting, free "
+                 f"blocks of order {order} ({(page_kib << order) / 1024:g} MiB) and up")
+    lines = [f"What new memory costs on this host (probed before the runs; {reporting}): touching {len(costs)} GiB of "
+             f"it, 1 GiB at a time, took " + " / ".join(f"{c:.1f}" for c in costs) + f" µs per {page_kib} KiB page."]
+    if max(costs) > DEAR_MEMORY * min(costs):
+        lines.append(f"The dearest GiB cost {max(costs) / min(costs):.0f} x the cheapest. A per_trajectory load keeps "
+                     "hundreds of sessions alive (Pss per live session in the table) and starts new ones as old ones "
+                     "end, so most pages its sessions touch are new to the host, while the concurrency-2 baseline "
+                     "keeps a few sessions alive, each reusing the pages the last one freed: that difference lands on "
+                     "per_trajectory's load and not on its baseline.")
+    return [" ".join(lines), ""]
 
 
 def render(runs: dict[str, dict], meta: dict) -> str:
@@ -196,6 +258,8 @@ def render(runs: dict[str, dict], meta: dict) -> str:
     row("program run time per call, mean ms (load / baseline)",
         lambda s: f"{_f(s['run_s_mean'], 0, 1000)} / {_f(s['baseline'].get('run_s_mean'), 0, 1000)}")
     row("sandbox CPU per call ms", lambda s: _f(s["cpu"]["per_call_s"], 0, 1000))
+    row("host CPU in the kernel, share of the host's busy time (load / baseline)",
+        lambda s: " / ".join(_pct(c.get("host_kernel_share")) for c in (s["cpu"], s["baseline"]["cpu"])))
     row("sandbox memory peak (Pss) MiB", lambda s: _f(s["memory"]["pss_peak_mib"], 0))
     row("per live session MiB (at the reading with most sessions)",
         lambda s: "-" if s["memory"]["per_session_mib"] is None else
@@ -203,7 +267,7 @@ def render(runs: dict[str, dict], meta: dict) -> str:
     row("sessions started / evicted for memory / died",
         lambda s: "-" if not s["sessions"] else " / ".join(
             str(s["sessions"].get(key, 0)) for key in ("started", "evicted_memory", "died")))
-    lines += ["", "Targets (issue 27, item 4), per mode:", ""]
+    lines += ["", *_memory_paragraph(meta), "Targets (issue 27, item 4), per mode:", ""]
     for mode, run in runs.items():
         for name, measured, met in targets(run["summary"]):
             lines.append(f"- `{mode}`: {name}: {measured} ({'met' if met else 'NOT met'}).")
@@ -274,12 +338,16 @@ def main(argv: list[str] | None = None) -> int:
 
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         available = host.mem_available_mb() or 0
+        # before the runs: what the load's sessions will find (after them, the pages the load just freed are cheap)
+        touch_us = touch_cost_us(PROBE_GIB) if available > LEAVE_FREE_MB + PROBE_GIB * 1024 else None
         load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
         with running_sandbox(session_memory_floor_mb=LEAVE_FREE_MB) as url:
             runs = {mode: asyncio.run(measure(url, mode, args.trajectories, args.baseline_calls)) for mode in modes}
         meta = {"date": datetime.date.today().isoformat(), "machine": _machine(), "floor_mb": LEAVE_FREE_MB,
                 "mem_available_mb": available, "load_before": load_before,
-                "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+                "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+                "page_reporting_order": free_page_reporting(), "page_kib": os.sysconf("SC_PAGE_SIZE") >> 10,
+                "touch_us": touch_us}
         if args.json:
             args.json.write_text(json.dumps({"meta": meta, "runs": runs}))
     section = render(runs, meta)

@@ -3,6 +3,7 @@
 ``cores`` sizes the default slot count (``config.default_slots``) and the CPU-seconds backstop of a run;
 ``mem_available_mb`` drives the eviction of idle sessions when host memory runs low (``sessions``). Callers read
 them as ``host.cores()`` at the time of use, so a test can give the whole server another host's core count.
+``cpu_seconds`` tells a load test how much of the host's CPU went to the kernel (page faults, process starts).
 """
 
 from __future__ import annotations
@@ -62,3 +63,18 @@ def mem_available_mb() -> int | None:
 def mem_total_mb() -> int | None:
     """Physical memory (``MemTotal``), in MiB."""
     return _meminfo_mb("MemTotal")
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """CPU seconds the host has spent since boot in user code (nice and guest time included) and in the kernel
+    (system, irq and softirq), from ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(value) for value in fh.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 7:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (user + nice) / ticks, (system + irq + softirq) / ticks

@@ -180,7 +180,7 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "throughput": {"overall": len(answered) / span if span else None, "saturated": saturated,
                        "saturated_s": saturated_s, "slots": slots, "span_s": span},
         "cpu": {"server_s": server_cpu, "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
-                "client_s": result.client_cpu_s},
+                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result.samples)},
         "memory": _memory(result),
         "timeline": timeline(result),
         "sessions": _session_counters(result),
@@ -264,6 +264,16 @@ def _readings(throughput: dict[str, Any]) -> str:
     return f"(before {_s(readings[0])}, after {_s(readings[1])}) " if len(readings) == 2 else ""
 
 
+def _kernel_share(samples) -> float | None:
+    """Of the CPU the host used during the run, the share its kernel used (page faults, forks, exits, namespaces):
+    what grows when the sandbox makes many processes or touches much new memory."""
+    readings = [s.host_cpu_s for s in samples if s.host_cpu_s is not None]
+    if len(readings) < 2:
+        return None
+    user, kernel = (last - first for first, last in zip(readings[0], readings[-1]))
+    return kernel / (user + kernel) if user + kernel > 0 else None
+
+
 def to_json(result: LoadResult, summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with every call record and sample (of the baseline too), for plots and later reports."""
     def raw(run: LoadResult) -> dict[str, Any]:
@@ -330,6 +340,10 @@ def render(summary: dict[str, Any]) -> str:
     if cpu["server_s"] is not None:
         lines.append(f"sandbox CPU: {cpu['server_s']:.1f} core-s, {cpu['per_call_s'] * 1000:.0f} ms per call "
                      f"(this load test: {cpu['client_s']:.1f} core-s)")
+    if cpu.get("host_kernel_share") is not None:
+        base = (summary.get("baseline") or {}).get("cpu", {}).get("host_kernel_share")
+        lines.append(f"host CPU in the kernel: {cpu['host_kernel_share']:.0%} of what the host used"
+                     + (f" (baseline: {base:.0%})" if base is not None else ""))
     if memory["pss_peak_mib"] is not None:
         per = (f", {memory['per_session_mib']:.1f} MiB per session ({memory['sessions_at_reading']} live)"
                if memory["per_session_mib"] is not None else "")

@@ -87,6 +87,7 @@ class Sample:
     cpu_s: float | None = None  # the server tree's CPU seconds so far
     pss_mib: float | None = None
     processes: int | None = None
+    host_cpu_s: tuple[float, float] | None = None  # the host's CPU seconds so far: user, kernel (host.cpu_seconds)
 
 
 @dataclass
@@ -311,7 +312,8 @@ class LoadTest:
         live_at_pss = 0
         while True:
             now = time.monotonic()
-            sample = Sample(now - started, await _health(self.url), host.mem_available_mb())
+            sample = Sample(now - started, await _health(self.url), host.mem_available_mb(),
+                            host_cpu_s=host.cpu_seconds())
             live = ((sample.health or {}).get("sessions") or {}).get("live") or 0
             with_pss = now >= due["pss"] or live > 2 * live_at_pss
             if meter is not None and (now >= due["cpu"] or with_pss):
@@ -326,7 +328,8 @@ class LoadTest:
 
     async def _reading(self, started: float, meter: proctree.CpuMeter | None) -> Sample:
         """A full reading (health, CPU, memory) now."""
-        sample = Sample(time.monotonic() - started, await _health(self.url), host.mem_available_mb())
+        sample = Sample(time.monotonic() - started, await _health(self.url), host.mem_available_mb(),
+                        host_cpu_s=host.cpu_seconds())
         if meter is not None:
             await self._measure(meter, sample, with_pss=True)
         return sample

@@ -301,6 +301,50 @@ def test_the_bench_section_states_the_targets_and_the_paper_figures(bench, tmp_p
     assert (tmp_path / "load.png").stat().st_size > 10_000
 
 
+def test_the_summary_says_how_much_of_the_host_cpu_went_to_the_kernel():
+    from retool.sandbox import host
+    from retool.sandbox.load_report import render
+
+    records = [_record(i, i + 1, 1, execution_s=0.5) for i in range(4)]
+    samples = [Sample(0, {"slots": 2}, 1000, cpu_s=0.0, host_cpu_s=(100.0, 50.0)),
+               Sample(2, {"slots": 2}, 1000, host_cpu_s=(103.0, 51.0)),
+               Sample(4, {"slots": 2}, 1000, cpu_s=2.0, host_cpu_s=(106.0, 52.0))]
+    summary = summarize(_result(records, samples))
+    assert summary["cpu"]["host_kernel_share"] == pytest.approx(0.25)  # 2 of 8 busy seconds
+    assert "host CPU in the kernel: 25% of what the host used" in render(summary)
+    assert summarize(_result(records, samples[:1]))["cpu"]["host_kernel_share"] is None
+    before = host.cpu_seconds()
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        sum(range(1000))  # user code
+    after = host.cpu_seconds()
+    assert after[0] - before[0] >= 0.3 and after[1] >= before[1]
+
+
+def test_the_section_says_what_new_memory_cost_on_the_host(bench):
+    from retool.sandbox.load_report import to_json
+
+    samples = [Sample(0, {"slots": 2}, 9000, cpu_s=0.0, pss_mib=100), Sample(10, {"slots": 2}, 8000, cpu_s=2.0,
+                                                                              pss_mib=300)]
+    load = _result([_record(i, i + 2, 2) for i in range(10)], samples)
+    load.baseline = _result([_record(i / 2, i / 2 + 1, 1) for i in range(10)], samples)
+    run = to_json(load, summarize(load))
+    meta = {"date": "2026-12-03", "machine": "a test host", "floor_mb": 6144, "mem_available_mb": 20000,
+            "load_before": "0.1", "load_after": "2.0", "page_kib": 4, "page_reporting_order": 9,
+            "touch_us": [2.31, 2.2, 39.04, 48.96]}
+    section = bench.render({"per_trajectory": run}, meta)
+    assert "free page reporting, free blocks of order 9 (2 MiB) and up" in section
+    assert "touching 4 GiB of it, 1 GiB at a time, took 2.3 / 2.2 / 39.0 / 49.0 µs per 4 KiB page" in section
+    assert "The dearest GiB cost 22 x the cheapest" in section
+    even = bench.render({"per_trajectory": run}, {**meta, "touch_us": [2.2, 2.0, 2.2, 2.4]})
+    assert "2.2 / 2.0 / 2.2 / 2.4 µs per 4 KiB page." in even and "The dearest GiB" not in even
+    bare = bench.render({"per_trajectory": run}, {**meta, "page_reporting_order": None})
+    assert "this machine reports no freed memory to a hypervisor" in bare
+    assert "What new memory costs" not in bench.render({"per_trajectory": run}, {**meta, "touch_us": None})
+    costs = bench.touch_cost_us(3, 4 << 20)  # the probe itself, on 12 MiB
+    assert len(costs) == 3 and all(0 < cost < 10_000 for cost in costs)
+
+
 def test_the_command_refuses_bad_options_and_an_absent_sandbox_at_once(capsys, unused_tcp_port):
     from retool.sandbox.cli import main
 

@@ -141,10 +141,10 @@ def paper(summary: dict) -> list[str]:
 
 # ---- what new memory costs on this host ---------------------------------------------------------------------------
 # A per_trajectory load keeps hundreds of sessions alive, each with pages of its own, and starts new ones as old ones
-# end; the concurrency-2 baseline has a few alive, and each reuses the pages the last one freed. On bare metal a page
-# costs the same either way. A virtual machine that hands freed memory back to its hypervisor (virtio-balloon free
-# page reporting) pays the hypervisor's fault on every page touched again, many times a kept page's cost: the probe
-# below puts the figures into the section, so that the reader can tell the host from the sandbox.
+# end; the concurrency-2 baseline has a few alive, and each reuses the pages the last one freed. A virtual machine
+# that hands freed memory back to its hypervisor (virtio-balloon free page reporting) pays a hypervisor fault on every
+# such page touched again, many times a kept page's cost: the probe below puts the figures into the section, so that
+# the reader can tell the host from the sandbox.
 
 
 def free_page_reporting() -> int | None:

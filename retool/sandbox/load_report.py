@@ -180,7 +180,7 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "throughput": {"overall": len(answered) / span if span else None, "saturated": saturated,
                        "saturated_s": saturated_s, "slots": slots, "span_s": span},
         "cpu": {"server_s": server_cpu, "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
-                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result.samples)},
+                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result.samples) if result.server_pid is not None else None},
         "memory": _memory(result),
         "timeline": timeline(result),
         "sessions": _session_counters(result),
@@ -266,7 +266,8 @@ def _readings(throughput: dict[str, Any]) -> str:
 
 def _kernel_share(samples) -> float | None:
     """Of the CPU the host used during the run, the share its kernel used (page faults, forks, exits, namespaces):
-    what grows when the sandbox makes many processes or touches much new memory."""
+    what grows when the sandbox makes many processes or touches much new memory. Only for a server on this host
+    (one whose process the load test found): another host's kernel is not this one's."""
     readings = [s.host_cpu_s for s in samples if s.host_cpu_s is not None]
     if len(readings) < 2:
         return None

@@ -313,6 +313,9 @@ def test_the_summary_says_how_much_of_the_host_cpu_went_to_the_kernel():
     assert summary["cpu"]["host_kernel_share"] == pytest.approx(0.25)  # 2 of 8 busy seconds
     assert "host CPU in the kernel: 25% of what the host used" in render(summary)
     assert summarize(_result(records, samples[:1]))["cpu"]["host_kernel_share"] is None
+    remote = _result(records, samples)
+    remote.server_pid = None  # a sandbox on another host: this host's kernel says nothing about it
+    assert summarize(remote)["cpu"]["host_kernel_share"] is None
     before = host.cpu_seconds()
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:

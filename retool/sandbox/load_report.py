@@ -180,7 +180,7 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "throughput": {"overall": len(answered) / span if span else None, "saturated": saturated,
                        "saturated_s": saturated_s, "slots": slots, "span_s": span},
         "cpu": {"server_s": server_cpu, "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
-                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result.samples) if result.server_pid is not None else None},
+                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result)},
         "memory": _memory(result),
         "timeline": timeline(result),
         "sessions": _session_counters(result),
@@ -264,12 +264,12 @@ def _readings(throughput: dict[str, Any]) -> str:
     return f"(before {_s(readings[0])}, after {_s(readings[1])}) " if len(readings) == 2 else ""
 
 
-def _kernel_share(samples) -> float | None:
+def _kernel_share(result: LoadResult) -> float | None:
     """Of the CPU the host used during the run, the share its kernel used (page faults, forks, exits, namespaces):
     what grows when the sandbox makes many processes or touches much new memory. Only for a server on this host
     (one whose process the load test found): another host's kernel is not this one's."""
-    readings = [s.host_cpu_s for s in samples if s.host_cpu_s is not None]
-    if len(readings) < 2:
+    readings = [s.host_cpu_s for s in result.samples if s.host_cpu_s is not None]
+    if result.server_pid is None or len(readings) < 2:
         return None
     user, kernel = (last - first for first, last in zip(readings[0], readings[-1]))
     return kernel / (user + kernel) if user + kernel > 0 else None

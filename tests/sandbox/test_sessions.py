@@ -592,20 +592,23 @@ def test_sessions_start_afresh_where_the_zygote_cannot_start_them(tmp_path, monk
     asyncio.run(scenario())
 
 
-def test_a_forked_session_still_sees_an_interpreter_that_lives_under_tmp(tmp_path):
+def test_a_forked_session_still_sees_an_interpreter_that_lives_under_tmp():
     """A session gets a fresh /tmp; an interpreter under /tmp (a clone or venv there) must stay visible in it."""
+    import tempfile
     import venv
 
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         pytest.skip("forked sessions need a root server with bubblewrap")
-    assert str(tmp_path).startswith("/tmp/")
-    venv.create(tmp_path / "py", with_pip=False)
-    python = str(tmp_path / "py" / "bin" / "python")
-    with _server(slots=1, max_sessions=2, python=python) as base:
-        assert get(base + "/health")["sessions"]["forked"] is True
-        body = cell(base, sid(), "import fractions, os, subprocess, sys\nprint(sys.prefix, os.listdir('/tmp'))\n"
-                                 "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
-                                 " text=True).stdout, end='')\nopen('/tmp/mine', 'w').write('x')")
-        assert body["status"] == "Success", body
-        prefix, _, rest = out(body).partition(" ")
-        assert prefix == str(tmp_path / "py") and out(body).endswith("\n7\n") and "'mine'" not in rest
+    with tempfile.TemporaryDirectory(dir="/tmp") as where:  # /tmp itself, whatever TMPDIR (and tmp_path) says
+        assert where.startswith("/tmp/")
+        tmp_path = Path(where)
+        venv.create(tmp_path / "py", with_pip=False)
+        python = str(tmp_path / "py" / "bin" / "python")
+        with _server(slots=1, max_sessions=2, python=python) as base:
+            assert get(base + "/health")["sessions"]["forked"] is True
+            body = cell(base, sid(), "import fractions, os, subprocess, sys\nprint(sys.prefix, os.listdir('/tmp'))\n"
+                                     "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
+                                     " text=True).stdout, end='')\nopen('/tmp/mine', 'w').write('x')")
+            assert body["status"] == "Success", body
+            prefix, _, rest = out(body).partition(" ")
+            assert prefix == str(tmp_path / "py") and out(body).endswith("\n7\n") and "'mine'" not in rest

@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--preimport", default=None, metavar="MODULES",
                        help="fork mode: comma-separated modules each slot's fork server imports before it forks "
                             "programs, so `import numpy` costs a program nothing; 'none' = nothing (default: "
-                            "numpy,scipy,sympy,mpmath, the packages of requirements-runtime.txt, those installed)")
+                            "the packages of requirements-runtime.txt, numpy,scipy,sympy,mpmath, and the submodules "
+                            "math code loads on first use, such as scipy.optimize; those installed; /health lists "
+                            "them)")
     serve.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
                        help="stateful sessions (requests with a session_id) that may be open at once; an open one is "
                             "never evicted for a new one, which waits (then HTTP 504); 0 disables sessions (default: "

@@ -228,6 +228,14 @@ class SandboxApp:
         self.counters.truncated_output += outcome.truncated
 
 
+def _packages(modules: list[str]) -> str:
+    """The preimported modules for the ready line: the packages, and how many submodules came with them (/health
+    lists each)."""
+    shown = [name for name in modules if name.split(".")[0] not in modules or "." not in name]
+    more = len(modules) - len(shown)
+    return (",".join(shown) or "none") + (f" (+{more} submodules)" if more else "")
+
+
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -284,7 +292,7 @@ async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interprete
         print(
             f"retool-sandbox ready at {_url(cfg.host, port)} (isolation: {executor.isolation.name}, "
             f"mode: {executor.mode}, slots: {cfg.slots}, python: {interpreter.executable} {interpreter.version}, "
-            f"preimport: {','.join(executor.preimported) or 'none'}, sessions: {cfg.max_sessions})",
+            f"preimport: {_packages(executor.preimported)}, sessions: {cfg.max_sessions})",
             flush=True,
         )
         stop = asyncio.Event()

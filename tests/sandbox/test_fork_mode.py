@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import descendants, get, parent_pid, processes_with, run, unprivileged_python
 
+from retool.sandbox.executor import DEFAULT_PREIMPORT
 from retool.sandbox.spawn import running_sandbox
 
 
@@ -183,14 +184,35 @@ def test_a_lost_fork_server_is_replaced(one_slot, victim):
     assert len(_fork_servers_of(health["pid"])) == 1 and len(_sweep_helpers_of(health["pid"])) == 1
 
 
+_FIRST_CALLS = """\
+import sys
+before = set(sys.modules)
+import numpy as np
+from scipy import integrate, optimize
+from sympy import symbols, solve, summation, limit, integrate as sym_integrate, oo, sin
+x, k, n = symbols("x k n", positive=True)
+np.random.default_rng(1).normal(size=3)
+optimize.minimize(lambda v: (v[0] - 1) ** 2, [0.0])
+integrate.quad(lambda t: t * t, 0, 1)
+solve(x**2 - 2, x)
+limit(summation(1 / (k * (k + 1)), (k, 1, n)), n, oo)
+sym_integrate(x * sin(x), x)
+print(sorted(set(sys.modules) - before))
+"""
+
+
 def test_preimported_modules_are_reported_and_used(one_slot):
     tier, url = one_slot
     preimported = get(url + "/health")["preimport"]
     if tier == "bwrap":  # the server's own venv has them all
-        assert preimported == ["numpy", "scipy", "sympy", "mpmath"]
+        assert preimported == list(DEFAULT_PREIMPORT)
     # A program finds them imported already (no file of theirs is opened again), and fresh random state.
     body = run(url, "import sys\nprint(all(m in sys.modules for m in %r))" % (preimported,))
     assert body["run_result"]["stdout"] == "True\n"
+    if tier == "bwrap":
+        # What math code calls first imports nothing more: the submodules it would load are in the default list.
+        body = run(url, _FIRST_CALLS)
+        assert body["run_result"]["stdout"] == "[]\n", body
 
 
 def test_preimport_can_be_turned_off_and_a_broken_one_stops_the_server():

@@ -146,7 +146,7 @@ def test_default_preimport_is_the_runtime_requirements():
     lines = (root / "requirements-runtime.txt").read_text().splitlines()
     names = [re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0] for line in lines
              if line.strip() and not line.startswith("#")]
-    assert sorted(DEFAULT_PREIMPORT) == sorted(names)
+    assert sorted({name.split('.')[0] for name in DEFAULT_PREIMPORT}) == sorted(names)
     assert preimport_spec(None) == ",".join("?" + name for name in DEFAULT_PREIMPORT)  # each only if installed
     assert preimport_spec("numpy, sympy") == "numpy,sympy" and preimport_spec("none") == preimport_spec("") == ""
     with pytest.raises(ValueError, match="not a module name"):
@@ -349,3 +349,12 @@ def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_the_ready_line_names_the_preimported_packages_and_counts_their_submodules():
+    from retool.sandbox.server import _packages
+
+    modules = ["numpy", "numpy.random", "scipy", "scipy.optimize", "sympy"]
+    assert _packages(modules) == "numpy,scipy,sympy (+2 submodules)"
+    assert _packages(["scipy.optimize", "numpy"]) == "scipy.optimize,numpy"  # a submodule whose package is not listed
+    assert _packages([]) == "none"

@@ -60,8 +60,8 @@ SESSION_CPU_RUNS = 10
 # What fork mode preimports by default, each only if its package is installed: the packages of requirements-runtime.txt
 # (tests/sandbox/test_units.py keeps the two lists equal) and the submodules they import only when math code first
 # calls numpy.random, scipy.optimize or .integrate, or sympy's solve, summation, limit or integrate. Left out, each
-# session and stateless program pays that import itself: scipy.optimize alone took 0.45 s of CPU and 29 MiB of private
-# memory per session here (docs/sandbox.md, "Preimported packages").
+# session and stateless program pays that import itself: a session's first scipy.optimize.minimize took 0.54 s and
+# left 29 MiB of private memory here (docs/sandbox.md, "Preimported packages").
 DEFAULT_PREIMPORT = (
     "numpy", "numpy.random",
     "scipy", "scipy.optimize", "scipy.integrate", "scipy.special",

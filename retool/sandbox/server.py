@@ -231,7 +231,7 @@ class SandboxApp:
 def _packages(modules: list[str]) -> str:
     """The preimported modules for the ready line: the packages, and how many submodules came with them (/health
     lists each)."""
-    shown = [name for name in modules if name.split(".")[0] not in modules or "." not in name]
+    shown = [name for name in modules if "." not in name or name.split(".")[0] not in modules]
     more = len(modules) - len(shown)
     return (",".join(shown) or "none") + (f" (+{more} submodules)" if more else "")
 

@@ -11,8 +11,36 @@ import sys
 from dataclasses import dataclass, field
 
 from retool.sandbox import host
-from retool.sandbox.executor import cpu_seconds_for, preimport_spec
+from retool.sandbox.executor import cpu_seconds_for
 from retool.sandbox.isolation import Limits
+
+# What fork mode preimports by default, each only if its package is installed: the packages of requirements-runtime.txt
+# (tests/sandbox/test_units.py keeps the two lists equal) and the submodules they import only when math code first
+# calls numpy.random, scipy.optimize or .integrate, or sympy's solve, summation, limit or integrate. Left out, each
+# session and stateless program pays that import itself: a session's first scipy.optimize.minimize took 0.54 s and
+# left 29 MiB of private memory here (docs/sandbox.md, "Preimported packages").
+DEFAULT_PREIMPORT = (
+    "numpy", "numpy.random",
+    "scipy", "scipy.optimize", "scipy.integrate", "scipy.special",
+    "sympy", "sympy.assumptions.wrapper", "sympy.sets.setexpr", "sympy.combinatorics", "sympy.physics.units",
+    "sympy.integrals.manualintegrate", "sympy.integrals.risch", "sympy.integrals.heurisch",
+    "mpmath",
+)
+
+
+def preimport_spec(modules: str | None) -> str:
+    """The fork server's PREIMPORT argument: ``None`` = the defaults, each skipped if not installed; otherwise
+    the comma-separated modules, which must import (``""`` or ``"none"`` = nothing)."""
+    if modules is None:
+        return ",".join("?" + name for name in DEFAULT_PREIMPORT)
+    names = [name.strip() for name in modules.split(",") if name.strip()]
+    if names == ["none"]:
+        return ""
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"preimport: {name!r} is not a module name")
+    return ",".join(names)
+
 
 # Slots: every core on a small host (up to SLOTS_FLOOR), a quarter of the cores on a big one, at most SLOTS_CAP.
 SLOTS_FLOOR = 8

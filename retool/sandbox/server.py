@@ -29,8 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from retool.sandbox.config import ServerConfig
-from retool.sandbox.executor import Executor, RunOutcome, RunSpec, preimport_spec
+from retool.sandbox.config import ServerConfig, preimport_spec
+from retool.sandbox.executor import Executor, RunOutcome, RunSpec
 from retool.sandbox.isolation import Interpreter
 from retool.sandbox.uids import kill_leftovers, reserve_uids
 from retool.sandbox.protocol import SESSION_ID, RequestError, parse_run_request, parse_session_id, run_response

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import descendants, get, parent_pid, processes_with, run, unprivileged_python
 
-from retool.sandbox.executor import DEFAULT_PREIMPORT
+from retool.sandbox.config import DEFAULT_PREIMPORT
 from retool.sandbox.spawn import running_sandbox
 
 

@@ -140,7 +140,7 @@ def test_runtime_requirements_match_the_pyproject_extra():
 
 
 def test_default_preimport_is_the_runtime_requirements():
-    from retool.sandbox.executor import DEFAULT_PREIMPORT, preimport_spec
+    from retool.sandbox.config import DEFAULT_PREIMPORT, preimport_spec
 
     root = Path(__file__).resolve().parents[2]
     lines = (root / "requirements-runtime.txt").read_text().splitlines()

@@ -15,7 +15,7 @@ from retool.sandbox.executor import cpu_seconds_for
 from retool.sandbox.isolation import Limits
 
 # What fork mode preimports by default, each only if its package is installed: the packages of requirements-runtime.txt
-# (tests/sandbox/test_units.py keeps the two lists equal) and the submodules they import only when math code first
+# (tests/sandbox/test_units.py keeps their packages equal) and the submodules they import only when math code first
 # calls numpy.random, scipy.optimize or .integrate, or sympy's solve, summation, limit or integrate. Left out, each
 # session and stateless program pays that import itself: a session's first scipy.optimize.minimize took 0.54 s and
 # left 29 MiB of private memory here (docs/sandbox.md, "Preimported packages").

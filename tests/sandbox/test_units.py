@@ -146,7 +146,7 @@ def test_default_preimport_is_the_runtime_requirements():
     lines = (root / "requirements-runtime.txt").read_text().splitlines()
     names = [re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0] for line in lines
              if line.strip() and not line.startswith("#")]
-    assert sorted({name.split('.')[0] for name in DEFAULT_PREIMPORT}) == sorted(names)
+    assert sorted({name.split(".")[0] for name in DEFAULT_PREIMPORT}) == sorted(names)
     assert preimport_spec(None) == ",".join("?" + name for name in DEFAULT_PREIMPORT)  # each only if installed
     assert preimport_spec("numpy, sympy") == "numpy,sympy" and preimport_spec("none") == preimport_spec("") == ""
     with pytest.raises(ValueError, match="not a module name"):

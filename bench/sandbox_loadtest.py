@@ -108,7 +108,7 @@ def targets(summary: dict) -> list[tuple[str, str, bool]]:
                              "deadline", calls["false_timeout"] == 0 and calls["over_deadline"] == 0),
         (f"throughput >= {THROUGHPUT_TARGET:g} x the sandbox's own at concurrency 2",
          f"{_f(t['saturated'], 2)} vs {_f(summary['baseline']['throughput']['saturated'], 2)} calls/s = "
-         f"{_f(ratio, 2)} x (the programs themselves ran {_f(summary['run_s_mean'], 0, 1000)} ms per call under the "
+         f"{_f(ratio, 3)} x (the programs themselves ran {_f(summary['run_s_mean'], 0, 1000)} ms per call under the "
          f"load, {_f(summary['baseline'].get('run_s_mean'), 0, 1000)} ms in the baseline)",
          ratio is not None and ratio >= THROUGHPUT_TARGET),
         ("memory bounded and stated",

@@ -332,7 +332,7 @@ def render(summary: dict[str, Any]) -> str:
         f"throughput: {_s(t['overall'])} calls/s over {t['span_s']:.0f} s; while saturated (>= {t['slots']} calls at "
         f"the server, {t['saturated_s']:.0f} s): {_s(t['saturated'])} calls/s"
         + (f"; the sandbox's own at concurrency 2: {_s(summary['baseline']['throughput']['saturated'])} calls/s "
-           f"{_readings(summary['baseline']['throughput'])}({t['vs_baseline']:.2f} x)" if "vs_baseline" in t else ""))
+           f"{_readings(summary['baseline']['throughput'])}({t['vs_baseline']:.3f} x)" if "vs_baseline" in t else ""))
     for key, label in (("latency_s", "latency per call"), ("limit_wait_s", "wait for the worker's max_concurrency"),
                        ("server_wait_s", "time at the server beyond the run (queue + transport)")):
         p = summary[key]

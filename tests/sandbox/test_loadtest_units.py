@@ -292,13 +292,24 @@ def test_the_bench_section_states_the_targets_and_the_paper_figures(bench, tmp_p
             "load_before": "0.1", "load_after": "2.0"}
     section = bench.render({"stateless": run}, meta)
     assert "- `stateless`: 0 lost calls: 0 lost of 40" in section and "(met)" in section
-    assert "1.00 vs 2.45 calls/s = 0.41 x (the programs themselves ran 1500 ms per call under the load" in section
+    assert "1.00 vs 2.45 calls/s = 0.408 x (the programs themselves ran 1500 ms per call under the load" in section
     assert "(NOT met)" in section  # queueing cut it: the target says so
     assert "| 1.00 / 2.45 (2.00, 2.90) |" in section
     assert "192 cores: the default 48 slots" in section and "320 cores: the default 64 slots" in section
     assert "at 200 ms of CPU per call" in section  # 8 core-s over 40 calls
     bench.plot({"stateless": run}, tmp_path / "load.png")
     assert (tmp_path / "load.png").stat().st_size > 10_000
+
+
+def test_a_ratio_just_below_the_target_is_not_shown_rounded_up_to_it(bench):
+    # 0.8964 at two decimals reads "0.90 x", beside a verdict of NOT met
+    calls = dict.fromkeys(("lost", "planned", "hung", "crashed", "never_made", "wrong", "killed", "false_timeout",
+                           "over_deadline"), 0)
+    summary = {"calls": calls, "throughput": {"saturated": 30.21, "vs_baseline": 30.21 / 33.70},
+               "memory": {"per_session_mib": None, "pss_peak_mib": 100.0, "mem_available_min_mb": 9000},
+               "baseline": {"throughput": {"saturated": 33.70}, "run_s_mean": 0.045}, "run_s_mean": 0.049}
+    (measured, met), = [(m, ok) for target, m, ok in bench.targets(summary) if target.startswith("throughput")]
+    assert "30.21 vs 33.70 calls/s = 0.896 x" in measured and not met
 
 
 def test_the_summary_says_how_much_of_the_host_cpu_went_to_the_kernel():

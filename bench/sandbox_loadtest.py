@@ -189,8 +189,9 @@ def _memory_paragraph(meta: dict) -> list[str]:
         lines.append(f"The dearest GiB cost {max(costs) / min(costs):.0f} x the cheapest. A per_trajectory load keeps "
                      "hundreds of sessions alive (Pss per live session in the table) and starts new ones as old ones "
                      "end, so most pages its sessions touch are new to the host, while the concurrency-2 baseline "
-                     "keeps a few sessions alive, each reusing the pages the last one freed: that difference lands on "
-                     "per_trajectory's load and not on its baseline.")
+                     "keeps a few sessions alive, each reusing the pages the last one freed: a dear new page can cost "
+                     "the load more than its baseline (whether it is what the load loses, a run with the reporting "
+                     "off tells).")
     return [" ".join(lines), ""]
 
 

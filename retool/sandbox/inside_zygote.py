@@ -5,26 +5,26 @@
 what it forks, imports the PREIMPORT modules as a fork server does (``inside.FORKING``: the garbage collector's view
 frozen, still single-threaded), says ``R<report>`` and serves start requests, several at once. A request is
 ``N<token>\\0<uid>\\0<run dir name>\\0<limits>`` with two fds (the session's control socket end, its log). Per
-request it forks a *starter*, which
+request it forks the session's interpreter once, with NAMESPACES=1 (the bwrap tier, whose sandbox gave the zygote
+CAP_SYS_ADMIN and CAP_NET_ADMIN for this) into a new pid namespace whose pid 1 it is (the zygote unshares the pid
+namespace for its next child only and goes back to its own right after the fork: one fork per session, not a
+starter that forks again, whose page-table copy and teardown were a large share of opening a session). The child
 
-- with NAMESPACES=1 (the bwrap tier, whose sandbox gave the zygote CAP_SYS_ADMIN and CAP_NET_ADMIN for this) enters
-  new mount, IPC, network, UTS and pid namespaces; makes every mount private; binds the session's own work dir
-  (``RUNS/<name>/work``) at ``/workspace`` (nosuid, nodev) and detaches RUNS, so no other session's directory is
-  reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each; what the sandbox
-  mounted below them, such as an interpreter under /tmp, is bound into them again, read-only), a fresh mqueue and
-  devpts (``/dev/ptmx`` points into it), and brings up its own loopback;
-- forks the session's interpreter (pid 1 of the new pid namespace), reports ``P<pid>`` on a pipe and exits, so the
-  interpreter becomes the zygote's child.
-
-The interpreter mounts its own ``/proc``, takes its fds (stdin /dev/null, stdout and stderr the log, the control
-socket as fd 3, every other fd closed), starts a new session, reseeds the random generators the fork copied, drops
-the capability bounding set, every group and to ``uid`` (which clears the capabilities it held), sets
-``no_new_privs`` and runs ``inside_session``'s loop: from here on it is the session's interpreter as a fresh one
-would be, except that the preimported modules are already in ``sys.modules``.
+- with NAMESPACES=1 enters new mount, IPC, network and UTS namespaces; makes every mount private; binds the
+  session's own work dir (``RUNS/<name>/work``) at ``/workspace`` (nosuid, nodev) and detaches RUNS, so no other
+  session's directory is reachable; mounts a fresh tmpfs on ``/tmp`` and ``/dev/shm`` (mode 1777, TMPFS_BYTES each;
+  what the sandbox mounted below them, such as an interpreter under /tmp, is bound into them again, read-only), a
+  fresh mqueue and devpts (``/dev/ptmx`` points into it), and brings up its own loopback;
+- reports ``P`` on a pipe (or ``F<reason>`` and exits);
+- mounts its own ``/proc``, takes its fds (stdin /dev/null, stdout and stderr the log, the control socket as fd 3,
+  every other fd closed), starts a new session, reseeds the random generators the fork copied, drops the capability
+  bounding set, every group and to ``uid`` (which clears the capabilities it held), sets ``no_new_privs`` and runs
+  ``inside_session``'s loop: from here on it is the session's interpreter as a fresh one would be, except that the
+  preimported modules are already in ``sys.modules``.
 
 The zygote tells the server ``P<token> <pid>`` once a session started, ``F<token> <reason>`` if its start failed
-and ``X<token> <exit code>`` when its interpreter exited (it reaps them: a subreaper inherits the interpreter when its
-starter exits). Everything a session runs is the session's uid's and is killed and stopped by uid, as a fresh
+and ``X<token> <exit code>`` when its interpreter exited (it reaps them; it is also the subreaper of whatever they
+leave behind). Everything a session runs is the session's uid's and is killed and stopped by uid, as a fresh
 session's is. The zygote runs no code but its own and the preimported packages' module-level code.
 """
 
@@ -39,10 +39,12 @@ _retool_libc = ctypes.CDLL(None, use_errno=True)
 _retool_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
 _retool_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 _retool_libc.unshare.argtypes = (ctypes.c_int,)
+_retool_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 _retool_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 8192, 16384, 1 << 18)
-_NEW_NAMESPACES = 0x00020000 | 0x08000000 | 0x40000000 | 0x04000000 | 0x20000000  # mount, ipc, net, uts, pid
+_NEW_PID = 0x20000000
+_NEW_NAMESPACES = 0x00020000 | 0x08000000 | 0x40000000 | 0x04000000  # mount, ipc, net, uts (the zygote did pid)
 def _retool_check(result, what):
     if result != 0:
         errno = ctypes.get_errno()
@@ -107,7 +109,7 @@ def _retool_become(uid, namespaces, ctl_fd, log_fd, work):
     _retool_drop(uid)
     _retool_check(_retool_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
     os.chdir(work)
-def _retool_starter(request, fds, report, namespaces, runs, tmpfs):
+def _retool_start(request, fds, report, namespaces, runs, tmpfs):
     try:
         uid, name, limits = request
         if len(fds) != 2 or "/" in name or name in ("", ".", ".."):
@@ -116,15 +118,12 @@ def _retool_starter(request, fds, report, namespaces, runs, tmpfs):
         if namespaces:
             _retool_own_namespaces(work, runs, tmpfs)
             work = "/workspace"
-        pid = os.fork()
+        os.write(report, b"P")
     except BaseException as exc:
         try:
             os.write(report, b"F" + repr(exc).encode()[:300])
         finally:
             os._exit(1)
-    if pid:
-        os.write(report, b"P%d" % pid)
-        os._exit(0)
     try:
         os.close(report)
         _retool_become(int(uid), namespaces, fds[0], fds[1], work)
@@ -137,6 +136,7 @@ def _retool_zygote():
     ctl = socket.socket(fileno=int(sys.argv[1]))
     namespaces, runs, tmpfs = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
     _retool_check(_retool_libc.prctl(36, 1, 0, 0, 0), "subreaper")  # PR_SET_CHILD_SUBREAPER
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY) if namespaces else -1
     ctl.send(b"R" + _retool_preimport(sys.argv[5]))
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
@@ -146,23 +146,20 @@ def _retool_zygote():
     selector = selectors.DefaultSelector()
     selector.register(ctl, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
-    starting, live = {}, {}  # report pipe -> token; interpreter pid -> token
-    def take_reports():
-        # A starter reports before it exits, and only its exit hands the interpreter to us: when an interpreter
-        # can be reaped, its report is already in its pipe.
-        for fd in list(starting):
-            try:
-                data = os.read(fd, 512)
-            except BlockingIOError:
-                continue
-            token = starting.pop(fd)
-            selector.unregister(fd)
-            os.close(fd)
-            if data[:1] == b"P":
-                live[int(data[1:])] = token
-                ctl.send(b"P%s %s" % (token, data[1:]))
-            else:
-                ctl.send(b"F%s %s" % (token, data[1:] or b"its starter exited without a report"))
+    starting, live = {}, {}  # report pipe -> (token, pid); started interpreter's pid -> token
+    def take_report(fd):
+        try:
+            data = os.read(fd, 512)
+        except BlockingIOError:
+            return
+        token, pid = starting.pop(fd)
+        selector.unregister(fd)
+        os.close(fd)
+        if data == b"P":
+            live[pid] = token
+            ctl.send(b"P%s %d" % (token, pid))
+        else:
+            ctl.send(b"F%s %s" % (token, data[1:] or b"it exited before it said it started"))
     def reap():
         while True:
             try:
@@ -171,6 +168,9 @@ def _retool_zygote():
                 return
             if pid == 0:
                 return
+            for fd, (_, started) in list(starting.items()):
+                if started == pid:
+                    take_report(fd)  # it wrote whatever it had to say before it exited
             token = live.pop(pid, None)
             if token is not None:
                 ctl.send(b"X%s %d" % (token, os.waitstatus_to_exitcode(status)))
@@ -184,25 +184,30 @@ def _retool_zygote():
                 token = token.encode()
                 report_r, report_w = os.pipe()
                 try:
+                    if namespaces:  # for the next child only: it is pid 1 of a namespace of its own
+                        _retool_check(_retool_libc.unshare(_NEW_PID), "unshare")
                     pid = os.fork()
                 except OSError as exc:
-                    for fd in (*fds, report_r, report_w):
-                        os.close(fd)
-                    ctl.send(b"F%s %s" % (token, str(exc).encode()))
-                    continue
+                    pid, error = -1, exc
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     selector.close()
                     ctl.close()
-                    for fd in (wake_r, wake_w, report_r, *starting):
+                    for fd in (wake_r, wake_w, report_r, *starting, *([own_pid_ns] if namespaces else [])):
                         os.close(fd)
-                    _retool_starter(request, fds, report_w, namespaces, runs, tmpfs)
+                    _retool_start(request, fds, report_w, namespaces, runs, tmpfs)
+                if namespaces:  # a failure here means no session could start again: the zygote exits
+                    _retool_check(_retool_libc.setns(own_pid_ns, _NEW_PID), "setns")
                 os.close(report_w)
                 for fd in fds:
                     os.close(fd)
+                if pid < 0:
+                    os.close(report_r)
+                    ctl.send(b"F%s %s" % (token, str(error).encode()))
+                    continue
                 os.set_blocking(report_r, False)
-                starting[report_r] = token
+                starting[report_r] = (token, pid)
                 selector.register(report_r, selectors.EVENT_READ)
             else:
                 if key.fileobj == wake_r:
@@ -212,7 +217,8 @@ def _retool_zygote():
                                 break
                         except BlockingIOError:
                             break
-                take_reports()
+                for fd in list(starting):
+                    take_report(fd)
                 reap()
 try:
     _retool_zygote()

@@ -394,7 +394,7 @@ class BwrapIsolation(Isolation):
     def launch_session_zygote(self, workdir: str, runs: str, args: list[str]) -> Launch:
         if not self._root:
             raise IsolationUnavailable("forking sessions inside bubblewrap needs root; every session starts afresh")
-        # CAP_SYS_ADMIN and CAP_NET_ADMIN let each session's starter enter new namespaces, mount its own /tmp,
+        # CAP_SYS_ADMIN and CAP_NET_ADMIN let each session's interpreter enter new namespaces, mount its own /tmp,
         # /dev/shm, /proc and work dir and bring up its loopback; the session drops them with its uid.
         argv = self._bwrap(workdir, caps=("SYS_ADMIN", "NET_ADMIN"), binds=("--bind", runs, ZYGOTE_RUNS))
         argv += [*_forkserver_privileges("setpcap", "sys_admin", "net_admin"), self.interpreter.executable, *args]

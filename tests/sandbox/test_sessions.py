@@ -533,6 +533,29 @@ def _zygote(server_pid: int) -> int:
     return found[0]
 
 
+def test_the_zygote_forks_each_session_once_and_keeps_its_own_pid_namespace(url):
+    """One fork per session: the session's interpreter is the zygote's own child (no starter between them), pid 1 of
+    a pid namespace of its own, and after each start the zygote's children go back to the zygote's namespace (a second
+    start could not make a namespace of its own otherwise)."""
+    zygote = _zygote(get(url + "/health")["pid"])
+    sessions = [sid() for _ in range(3)]
+    interpreters = []
+    for s in sessions:
+        uid = _session_uid(url, s)
+        mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid]
+        assert len(mine) == 1, mine  # the interpreter alone: no program of it still runs
+        interpreters.append(mine[0])
+    own = os.readlink(f"/proc/{zygote}/ns/pid")
+    assert os.readlink(f"/proc/{zygote}/ns/pid_for_children") == own
+    for pid in interpreters:
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert int(status["PPid"]) == zygote and status["NSpid"].split()[-1] == "1", status
+    namespaces = {os.readlink(f"/proc/{pid}/ns/pid") for pid in interpreters}
+    assert len(namespaces) == 3 and own not in namespaces
+    for s in sessions:
+        assert close(url, s) == {"closed": True}
+
+
 def test_a_lost_zygote_ends_its_sessions_and_the_next_session_gets_a_new_one():
     with _server(slots=1, max_sessions=3, session_idle_timeout=120) as base:
         a, b = sid(), sid()
@@ -557,7 +580,7 @@ def test_a_lost_zygote_ends_its_sessions_and_the_next_session_gets_a_new_one():
 
 
 def test_sessions_start_afresh_where_the_zygote_cannot_start_them(tmp_path, monkeypatch):
-    """A host that refuses what a forked session needs (here: the starter's bind of the work dir fails, as a mount
+    """A host that refuses what a forked session needs (here: the session's bind of its work dir fails, as a mount
     would under a restrictive security profile) loses one session start, then every session starts afresh."""
     import asyncio
     import sys

@@ -533,18 +533,17 @@ def _zygote(server_pid: int) -> int:
     return found[0]
 
 
-def test_the_zygote_forks_each_session_once_and_keeps_its_own_pid_namespace(url):
-    """One fork per session: the session's interpreter is the zygote's own child (no starter between them), pid 1 of
-    a pid namespace of its own, and after each start the zygote's children go back to the zygote's namespace (a second
-    start could not make a namespace of its own otherwise)."""
-    zygote = _zygote(get(url + "/health")["pid"])
+def test_each_forked_session_gets_a_pid_namespace_and_the_zygote_keeps_its_own(url):
+    """The zygote unshares a pid namespace for each session's interpreter (its own child, pid 1 there) and goes back
+    to its own after the fork: otherwise the next session's start would fail, or land in the last one's namespace."""
     sessions = [sid() for _ in range(3)]
     interpreters = []
     for s in sessions:
         uid = _session_uid(url, s)
-        mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid]
+        mine = uid_processes(range(uid, uid + 1))
         assert len(mine) == 1, mine  # the interpreter alone: no program of it still runs
-        interpreters.append(mine[0])
+        interpreters.append(mine[0][0])
+    zygote = _zygote(get(url + "/health")["pid"])  # started with the first session the server forked
     own = os.readlink(f"/proc/{zygote}/ns/pid")
     assert os.readlink(f"/proc/{zygote}/ns/pid_for_children") == own
     for pid in interpreters:

@@ -6,6 +6,9 @@ The stage's output is verl's, torchrun's, Ray's and vLLM's, interleaved in one p
 - verl's console logger prints one line per step, ``step:N - key:value - key:value ...``, numbers formatted with
   ``pprint.pformat`` (so numpy scalars read ``np.float64(0.5)``). It may follow a tqdm bar on the same physical line,
   because tqdm ends its updates with ``\\r``, not ``\\n``.
+- verl's v1 trainer dumps rollouts in a background thread that then prints ``Dumped generations to <path>.jsonl``.
+  ``print`` writes its text and its newline separately, so the main thread's step line can land between the two:
+  ``Dumped generations to /x/3.jsonlstep:3 - ...`` (seen in a CI run of the smoke on a loaded host).
 - Ray prefixes what its actors print with ``(Name pid=N[, ip=A])``, in ANSI colour; the driver prints it.
 - Warnings and errors come in a dozen shapes (Python's warnings module, logging formats of verl, vLLM, Ray, Hydra,
   TransferQueue, torch's C++ log). Only those shapes count, each anchored at the start of the line, so a config dump
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # (TaskRunnerV1 pid=12239) / (pid=13266) / (raylet) / (Worker pid=1, ip=10.0.0.2)
 RAY_PREFIX = re.compile(r"^\((?P<source>[\w.:-]+)?(?: ?pid=\d+)?(?:, ip=[\w.:-]+)?\) ")
-STEP = re.compile(r"(?<![\w/])step:(?P<step>\d+)(?P<rest> - .*)$")
+STEP = re.compile(r"(?:(?<![\w/])|(?<=\.jsonl))step:(?P<step>\d+)(?P<rest> - .*)$")
 NUMPY_SCALAR = re.compile(r"^np\.\w+\((?P<value>[^()]*)\)$")
 # "Epoch 1/1:  10%|█         | 13/128 [00:19<01:47,  1.07it/s]", "Training Progress:   0%|   | 0/12 [00:00<?, ?it/s]"
 BAR = re.compile(r"(?P<desc>[^\r|:]{0,120}?):\s+\d{1,3}%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+) (?:\[[^\]]*\])?")

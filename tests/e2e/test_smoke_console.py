@@ -27,10 +27,13 @@ CONSOLE_LIMIT = 200  # lines: the issue's bound for a newcomer's `make smoke`
 
 
 def logged_steps(log: Path) -> dict[int, dict[str, float]]:
-    """Every ``step:N - key:value ...`` line of a log, read with a parser of this test's own (not retool.console's)."""
+    """Every ``step:N - key:value ...`` line of a log, read with a parser of this test's own (not retool.console's).
+    A step line may follow verl's dump thread's ``Dumped generations to <path>.jsonl`` on the same line (its print's
+    text and newline are two writes)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
     steps: dict[int, dict[str, float]] = {}
-    for match in re.finditer(r"(?<![\w/])step:(\d+)((?: - [^\n\r]*?:[^ \n\r]+)+)", text):
+    for match in re.finditer(r"(?:(?<![\w/])|(?<=\.jsonl))step:(\d+)((?: - [^\n\r]*?:[^ \n\r]+)+)",
+                             text):
         metrics = steps.setdefault(int(match.group(1)), {})
         for item in match.group(2).split(" - ")[1:]:
             key, _, value = item.rpartition(":")

@@ -340,3 +340,10 @@ def test_step_lines_are_read_where_tqdm_left_them():
     line = "Epoch 1/1:   1%|          | 1/128 [00:01<03:30,  1.66s/it]step:2 - train/loss:3.171875 - train/lr:0.001"
     assert parse_step(line) == (2, {"train/loss": 3.171875, "train/lr": 0.001})
     assert parse_step("val-core/x/acc/mean@4:np.float64(0.25) - step:3") is None
+
+
+def test_step_lines_are_read_where_the_dump_thread_left_them():
+    # verl's rollout dump thread prints its text and its newline in two writes; the step line can land between them
+    line = "(TaskRunnerV1 pid=1) Dumped generations to /run/rollouts/3.jsonlstep:3 - critic/rewards/mean:0.5"
+    assert parse_step(line) == (3, {"critic/rewards/mean": 0.5})
+    assert parse_step("Dumped generations to /run/rollouts/3.json - timing_s/step:3 - x:1") is None

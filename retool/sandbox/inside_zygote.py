@@ -22,10 +22,13 @@ starter that forks again, whose page-table copy and teardown were a large share 
   ``inside_session``'s loop: from here on it is the session's interpreter as a fresh one would be, except that the
   preimported modules are already in ``sys.modules``.
 
-The zygote tells the server ``P<token> <pid>`` once a session started, ``F<token> <reason>`` if its start failed
-and ``X<token> <exit code>`` when its interpreter exited (it reaps them; it is also the subreaper of whatever they
-leave behind). Everything a session runs is the session's uid's and is killed and stopped by uid, as a fresh
-session's is. The zygote runs no code but its own and the preimported packages' module-level code.
+The zygote tells the server ``P<token> <pid>`` once a session started, with a pidfd of the interpreter attached
+(opened before the zygote reaps it, so it names that process and no later one with its pid; none if the kernel has
+no ``pidfd_open``), ``F<token> <reason>`` if its start failed and ``X<token> <exit code>`` when its interpreter
+exited (it reaps them; it is also the subreaper of whatever they leave behind). Everything a session runs is the
+session's uid's and is killed by uid, as a fresh session's is; between cells, when the interpreter is the session's
+only process, the server stops and resumes it through the pidfd. The zygote runs no code but its own and the
+preimported packages' module-level code.
 """
 
 from __future__ import annotations
@@ -147,7 +150,7 @@ def _retool_zygote():
     selector.register(ctl, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     starting, live = {}, {}  # report pipe -> (token, pid); started interpreter's pid -> token
-    def take_report(fd):
+    def take_report(fd, reaped=False):
         try:
             data = os.read(fd, 512)
         except BlockingIOError:
@@ -157,7 +160,15 @@ def _retool_zygote():
         os.close(fd)
         if data == b"P":
             live[pid] = token
-            ctl.send(b"P%s %d" % (token, pid))
+            pidfd = -1
+            if not reaped:  # not yet reaped, so the pid is still this child's: the server signals it through this
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    pass
+            socket.send_fds(ctl, [b"P%s %d" % (token, pid)], [pidfd] if pidfd >= 0 else [])
+            if pidfd >= 0:
+                os.close(pidfd)
         else:
             ctl.send(b"F%s %s" % (token, data[1:] or b"it exited before it said it started"))
     def reap():
@@ -170,7 +181,7 @@ def _retool_zygote():
                 return
             for fd, (_, started) in list(starting.items()):
                 if started == pid:
-                    take_report(fd)  # it wrote whatever it had to say before it exited
+                    take_report(fd, reaped=True)  # it wrote whatever it had to say before it exited
             token = live.pop(pid, None)
             if token is not None:
                 ctl.send(b"X%s %d" % (token, os.waitstatus_to_exitcode(status)))

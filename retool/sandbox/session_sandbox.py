@@ -2,8 +2,8 @@
 
 The session's interpreter (``inside_session.SESSION``) runs under the session's own uid and runs the cells itself.
 A cell's code and files travel at the head of its stdin, so the host never writes into a work dir that a live
-program controls; between cells every process of the session is stopped (SIGSTOP), so an idle session uses no CPU,
-and files are fetched only while it is stopped. ``sessions.SessionManager`` decides when sessions start and end.
+program controls; between cells the session is stopped (SIGSTOP: the interpreter, by then its only process, as it
+killed whatever the cell started), so an idle session uses no CPU, and files are fetched only while it is stopped. ``sessions.SessionManager`` decides when sessions start and end.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -56,6 +57,9 @@ class SessionSandbox(ControlledSandbox):
         self._on_exit_callback = on_exit
         self.zygote = zygote  # None: a sandbox and interpreter of its own, started here
         self.pid: int | None = None  # a forked session's, once the zygote said it started
+        # A forked session's interpreter, to stop and resume between cells: a signal by uid walks every process on
+        # the host (kill(-1) checks each), 0.3 ms with 600 live sessions, three times per cell.
+        self.interpreter_pidfd: int | None = None
         if zygote is None:
             sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
             launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep],
@@ -86,10 +90,12 @@ class SessionSandbox(ControlledSandbox):
             code = -(code - 128)  # bwrap reports "killed by signal N" as 128+N
         self._ended(code)
 
-    def on_zygote(self, kind: str, value: str) -> None:
-        """What the session zygote said about this session: ``P`` started, ``F`` did not start, ``X`` exited."""
+    def on_zygote(self, kind: str, value: str, pidfd: int | None = None) -> None:
+        """What the session zygote said about this session: ``P`` started (with the interpreter's pidfd, now this
+        session's), ``F`` did not start, ``X`` exited."""
         if kind == "P":
             self.pid = int(value)  # in the zygote's pid namespace
+            self.interpreter_pidfd = pidfd
         elif kind == "X":
             self._ended(int(value))
         elif kind == "F":
@@ -99,6 +105,7 @@ class SessionSandbox(ControlledSandbox):
     def _ended(self, code: int | None) -> None:
         if self.ended.done():
             return
+        self._close_interpreter_pidfd()
         self.returncode = code
         self.ended.set_result(None)
         if not self.ready.done():
@@ -152,22 +159,45 @@ class SessionSandbox(ControlledSandbox):
     def _kill_all(self) -> None:
         if self.zygote is None:
             self.isolation.kill(self.box, self.proc.pid)
+        elif self._dies_with_interpreter:
+            with contextlib.suppress(ProcessLookupError):  # already dead: so is its namespace
+                signal.pidfd_send_signal(self.interpreter_pidfd, signal.SIGKILL)
         else:  # every process of the session runs as its uid
             self.signal_all("KILL")
+
+    @property
+    def _dies_with_interpreter(self) -> bool:
+        """A forked session whose interpreter is pid 1 of a pid namespace of its own (the bwrap tier): the kernel
+        kills every process of that namespace when it dies, so killing it through its pidfd kills the session."""
+        return self.interpreter_pidfd is not None and self.zygote is not None and self.zygote.namespaces
 
     def signal_all(self, sig: str) -> None:
         # Both tiers a zygote serves signal by uid: there is no process of the server's to name.
         self.isolation.signal_all(self.box, self.proc.pid if self.zygote is None else 0, sig)
 
+    async def _signal_idle(self, sig: str) -> None:
+        """Stop or resume the session between cells. The interpreter is then its only process (it killed and reaped
+        everything a cell started before it reported the cell's end), so a forked session's pidfd reaches all of it
+        in one system call; otherwise every process of its uid is signalled."""
+        if self.interpreter_pidfd is not None:
+            signal.pidfd_send_signal(self.interpreter_pidfd, signal.Signals["SIG" + sig])
+        else:
+            await asyncio.to_thread(self.signal_all, sig)
+
+    def _close_interpreter_pidfd(self) -> None:
+        if self.interpreter_pidfd is not None:
+            os.close(self.interpreter_pidfd)
+            self.interpreter_pidfd = None
+
     async def _freeze(self) -> None:
         try:
-            await asyncio.to_thread(self.signal_all, "STOP")
+            await self._signal_idle("STOP")
             self.frozen = True
         except (OSError, RuntimeError, ValueError) as exc:
             self._broken(f"stopping the idle session failed: {exc}")
 
     def freeze_soon(self) -> None:
-        """Stop every process of the session (off the request's path): an idle session gets no CPU."""
+        """Stop the session (off the request's path): an idle session gets no CPU."""
         if self.alive and self._freezing is None:
             self._freezing = asyncio.ensure_future(self._freeze())
 
@@ -183,7 +213,7 @@ class SessionSandbox(ControlledSandbox):
             self._freezing = None
         if self.frozen and self.alive:
             try:
-                await asyncio.to_thread(self.signal_all, "CONT")
+                await self._signal_idle("CONT")
             except (OSError, RuntimeError, ValueError) as exc:
                 self._broken(f"resuming the session failed: {exc}")
             self.frozen = False
@@ -204,7 +234,10 @@ class SessionSandbox(ControlledSandbox):
             # may still live under its uid). bwrap then reaps them and exits, and the server reaps bwrap, so the
             # kernel charges the session's CPU time to the server, where a load test reads it; killing bwrap first
             # would orphan them and their time.
-            await asyncio.to_thread(self.signal_all, "KILL")
+            if self._dies_with_interpreter:
+                self._kill_all()
+            else:
+                await asyncio.to_thread(self.signal_all, "KILL")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.ended), REAP_GRACE_S)
             if not self.ended.done():
@@ -223,6 +256,7 @@ class SessionSandbox(ControlledSandbox):
             except (OSError, subprocess.SubprocessError):
                 log.exception("could not sweep the uid of session sandbox %d", self.box)
                 clean = False
+        self._close_interpreter_pidfd()
         if self.zygote is None:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.pidfd)

@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-from typing import Callable
+from typing import Callable, Iterator
 
 from retool.sandbox.forkserver import read_ready_report
 from retool.sandbox.inside_zygote import ZYGOTE_ARG
@@ -36,9 +36,10 @@ class SessionZygote(ControlledSandbox):
 
     def __init__(self, iso: Isolation, run_dir: str, runs: str, preimport: str) -> None:
         super().__init__(iso, None, run_dir)
-        namespaces = "1" if iso.name == "bwrap" else "0"
+        self.namespaces = iso.name == "bwrap"  # each session in namespaces of its own, pid 1 of its pid namespace
         tmpfs = str(getattr(iso, "tmpfs_mb", 256) * _MB)
-        args = ["-c", ZYGOTE_ARG, str(self.child_fd), namespaces, iso.zygote_runs(runs), tmpfs, preimport]
+        args = ["-c", ZYGOTE_ARG, str(self.child_fd), "1" if self.namespaces else "0", iso.zygote_runs(runs), tmpfs,
+                preimport]
         launch = iso.launch_session_zygote(self.workdir, runs, args)
         self.preimport = preimport
         self.start_error = ""
@@ -47,15 +48,16 @@ class SessionZygote(ControlledSandbox):
         self._start(launch, stdin_r)
         self.healthy = True
         self.closed = False
-        self.sessions: dict[str, Callable[[str, str], None]] = {}  # token -> where its reports go
+        self.sessions: dict[str, Callable[..., None]] = {}  # token -> where its reports go
         self.started = 0  # sessions it started
         self.start_failure = ""  # why the first start it refused failed
         self._tokens = itertools.count(1)
         asyncio.get_running_loop().add_reader(self.sock.fileno(), self._on_message)
 
-    def start(self, session: ControlledSandbox, limits: str, on_report: Callable[[str, str], None]) -> str:
-        """Ask for ``session``'s interpreter; what the zygote says about it goes to ``on_report(kind, value)``
-        (``P`` started, ``F`` did not start or went away, ``X`` exited); the token naming it."""
+    def start(self, session: ControlledSandbox, limits: str, on_report: Callable[..., None]) -> str:
+        """Ask for ``session``'s interpreter; what the zygote says about it goes to ``on_report(kind, value, pidfd)``
+        (``P`` started, with the interpreter's pidfd or None, which ``on_report`` then owns; ``F`` did not start or
+        went away; ``X`` exited); the token naming it."""
         if not self.healthy:
             raise RuntimeError(f"the session zygote is gone: {self.start_error or self.log_tail() or 'no output'}")
         token = str(next(self._tokens))
@@ -65,8 +67,24 @@ class SessionZygote(ControlledSandbox):
         self.sessions[token] = on_report
         return token
 
+    def _messages_with_fds(self) -> Iterator[tuple[bytes, list[int]]]:
+        """``_messages``, each with the fds it carried (a ``P`` report carries the interpreter's pidfd)."""
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            yield data, fds
+            if not data:
+                return
+
     def _on_message(self) -> None:
-        for data in self._messages():
+        for data, fds in self._messages_with_fds():
+            pidfd = fds.pop(0) if fds and data.startswith(b"P") else None
+            for stray in fds:  # only a P report carries one
+                os.close(stray)
             if not data:
                 self._lost("it exited")
                 return
@@ -88,8 +106,10 @@ class SessionZygote(ControlledSandbox):
                     del self.sessions[token]
                 if kind == b"F":
                     self.start_failure = self.start_failure or value
-                on_report(kind.decode(), value)
+                on_report(kind.decode(), value, pidfd)
             else:
+                if pidfd is not None:
+                    os.close(pidfd)
                 log.error("the session zygote said %r out of turn; retiring it", data[:200])
                 self._lost("it said something out of turn")
                 return
@@ -106,7 +126,7 @@ class SessionZygote(ControlledSandbox):
         if not self.started and not self.closed:
             self.start_failure = self.start_failure or reason  # it never worked here: see Executor
         for on_report in sessions:
-            on_report("F", reason)
+            on_report("F", reason, None)
         if not self.closed:
             self._kill()
 

@@ -8,7 +8,7 @@ Resources. Each session owns a sandbox number (box) from its own range after the
 (with root) for as long as it exists, its own sandbox (for bwrap: pid, network, IPC, mount namespaces, private
 /tmp), and its own work dir; with root in fork mode its interpreter is forked from the executor's preimported session
 zygote (``session_zygote``). A cell needs a slot like any run, so slots still bound the CPU in use; between cells
-every process of the session is stopped (SIGSTOP), so idle sessions cost memory only.
+the session's interpreter, then its only process, is stopped (SIGSTOP), so idle sessions cost memory only.
 
 A session stays while its client may still use it: an RL trajectory's session is idle while the model writes the
 next turn, and the agent loop closes it when the trajectory ends. So at most ``max_sessions`` exist, and a new one

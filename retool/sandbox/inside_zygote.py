@@ -26,9 +26,10 @@ The zygote tells the server ``P<token> <pid>`` once a session started, with a pi
 (opened before the zygote reaps it, so it names that process and no later one with its pid; none if the kernel has
 no ``pidfd_open``), ``F<token> <reason>`` if its start failed and ``X<token> <exit code>`` when its interpreter
 exited (it reaps them; it is also the subreaper of whatever they leave behind). Everything a session runs is the
-session's uid's and is killed by uid, as a fresh session's is; between cells, when the interpreter is the session's
-only process, the server stops and resumes it through the pidfd. The zygote runs no code but its own and the
-preimported packages' module-level code.
+session's uid's. The server stops and resumes the interpreter between cells, when it is the session's only process,
+through the pidfd; it kills a session through the pidfd too when the interpreter is pid 1 of its own pid namespace
+(NAMESPACES=1: the namespace dies with it), else by uid, as a fresh session's. The zygote runs no code but its own
+and the preimported packages' module-level code.
 """
 
 from __future__ import annotations

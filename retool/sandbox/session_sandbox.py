@@ -3,7 +3,8 @@
 The session's interpreter (``inside_session.SESSION``) runs under the session's own uid and runs the cells itself.
 A cell's code and files travel at the head of its stdin, so the host never writes into a work dir that a live
 program controls; between cells the session is stopped (SIGSTOP: the interpreter, by then its only process, as it
-killed whatever the cell started), so an idle session uses no CPU, and files are fetched only while it is stopped. ``sessions.SessionManager`` decides when sessions start and end.
+killed whatever the cell started), so an idle session uses no CPU, and files are fetched only while it is stopped.
+``sessions.SessionManager`` decides when sessions start and end.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ class SessionSandbox(ControlledSandbox):
         self._on_exit_callback = on_exit
         self.zygote = zygote  # None: a sandbox and interpreter of its own, started here
         self.pid: int | None = None  # a forked session's, once the zygote said it started
-        # A forked session's interpreter, to stop and resume between cells: a signal by uid walks every process on
-        # the host (kill(-1) checks each), 0.3 ms with 600 live sessions, three times per cell.
+        # A forked session's interpreter, to stop and resume it between cells (and, in the bwrap tier, to kill the
+        # session): a signal by uid walks every process on the host (kill(-1) checks each), 0.3 ms with 600 live
+        # sessions, three times per cell.
         self.interpreter_pidfd: int | None = None
         if zygote is None:
             sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
@@ -96,6 +98,8 @@ class SessionSandbox(ControlledSandbox):
         if kind == "P":
             self.pid = int(value)  # in the zygote's pid namespace
             self.interpreter_pidfd = pidfd
+            if self.closed or self.ended.done():  # closed while it started: nothing will signal it, or close this
+                self._close_interpreter_pidfd()
         elif kind == "X":
             self._ended(int(value))
         elif kind == "F":

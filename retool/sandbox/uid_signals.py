@@ -1,20 +1,21 @@
 """Signal every process of a sandbox uid, cheaply: ``signal_uid(uid, sig)``.
 
-``kill(-1, sig)`` issued as the sandbox uid reaches exactly that uid's processes, ``setsid``-detached ones
-included, and nobody else's; it checks every process on the host, so it costs more with every live process (0.3
-ms with 600 sessions on this host: a forked session is stopped and resumed between cells through its interpreter's
-pidfd instead, see ``session_sandbox``). A server cannot issue it itself (it would have to give up root), so
-something must run as the uid for it. Spawning ``kill`` for each signal forks the whole server: its cost grows with
-the server's memory. Measured on this 2-core host: 8 ms of CPU per spawned signal from a 50 MiB process, 28 ms from
-a 400 MiB one.
+``kill(-1, sig)`` issued as the sandbox uid reaches exactly that uid's processes, ``setsid``-detached ones included,
+and nobody else's; it checks every process on the host, so it costs more with every live process (0.3 ms with 600
+sessions on this host: a forked session is stopped and resumed between cells, and in the bwrap tier killed, through
+its interpreter's pidfd instead, see ``session_sandbox``). A server cannot issue it itself (it would have to give up
+root), so something must run as the uid for it. Spawning ``kill`` for each signal forks the whole server: its cost
+grows with the server's memory. Measured on this 2-core host: 8 ms of CPU per spawned signal from a 50 MiB process,
+28 ms from a 400 MiB one.
 
 So the server keeps small root helpers (``python -I -S``, each started on first use and again if it ever dies) that
 fork a child per request; the child drops to the uid (no groups, no capabilities left) and signals. A helper serves
 one request at a time (about 1 ms); a request from one of the server's threads takes the first idle helper of a pool
 of ``pool_size()`` (one per 16 cores, at least 2, at most 32: a cell of a session not forked from the zygote costs
-three signals, and on hundreds of cores the calls' rate would keep one helper busy), so on a small host only one or two ever start. A child that does not
-finish within ``ANSWER_TIMEOUT_S`` (a sandbox program of that uid may stop it: it has the child's uid) is killed and
-the request fails, as does a helper that stops answering (it is then replaced).
+three signals, and on hundreds of cores the calls' rate would keep one helper busy), so on a small host only one or
+two ever start. A child that does not finish within ``ANSWER_TIMEOUT_S`` (a sandbox program of that uid may stop it:
+it has the child's uid) is killed and the request fails, as does a helper that stops answering (it is then
+replaced).
 """
 
 from __future__ import annotations

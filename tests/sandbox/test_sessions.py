@@ -665,6 +665,11 @@ def test_a_forked_session_is_stopped_and_killed_through_its_pidfd_not_by_uid(tmp
             await session.close()
             assert by_uid == ["SIGINT"] and uid_processes(uid) == []
             assert (await busy).return_code == -9
+            late = os.pidfd_open(os.getpid())
+            session.on_zygote("P", "1", late)  # a start reported after the close: its pidfd is closed, not kept
+            assert session.interpreter_pidfd is None
+            with pytest.raises(OSError):
+                os.fstat(late)
         finally:
             await executor.close()
             os.close(lock)

@@ -99,9 +99,11 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
                  # The outage masks every trajectory of step 4 that calls the tool (22 of 32 when measured;
                  # reconnect_budget_s=2 above gives up on purpose), which the default max_failed_share (0.05)
                  # would stop the run for; this test is about riding the outage out (the stop has its own test,
-                 # test_failure_accounting.py). 0.9 keeps the rule on for a step where nearly every trajectory
-                 # failed; the sustained rule's 10-step window does not fill in these 6 steps.
-                 "trainer.v1.sampler.sampler_kwargs.max_failed_share=0.9"]
+                 # test_failure_accounting.py). The rule is off (0): how much of step 5 the 10 s outage also
+                 # covers depends on how fast step 4's calls fail (0%, 56% and 94% of step 5's trajectories in
+                 # three CI runs; 0.9 stopped the last). The sustained rule's 10-step window does not fill in
+                 # these 6 steps.
+                 "trainer.v1.sampler.sampler_kwargs.max_failed_share=0"]
     return {"env": env, "overrides": overrides, "run_dir": root / "run", "port": port, "ray_dir": ray_dir,
             "smoke": smoke_run_dir, "port_b": port_b, "tb_resumed": root / "tb-resumed"}
 

@@ -161,14 +161,14 @@ def _retool_zygote():
         os.close(fd)
         if data == b"P":
             live[pid] = token
-            pidfd = -1
+            pidfds = []
             if not reaped:  # not yet reaped, so the pid is still this child's: the server signals it through this
                 try:
-                    pidfd = os.pidfd_open(pid)
+                    pidfds.append(os.pidfd_open(pid))
                 except OSError:
                     pass
-            socket.send_fds(ctl, [b"P%s %d" % (token, pid)], [pidfd] if pidfd >= 0 else [])
-            if pidfd >= 0:
+            socket.send_fds(ctl, [b"P%s %d" % (token, pid)], pidfds)
+            for pidfd in pidfds:
                 os.close(pidfd)
         else:
             ctl.send(b"F%s %s" % (token, data[1:] or b"it exited before it said it started"))

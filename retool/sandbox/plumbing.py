@@ -209,14 +209,19 @@ class ControlledSandbox:
     def _messages(self) -> Iterator[bytes]:
         """The messages waiting on the socket, in order; an empty one means it closed (EOF or an error), and ends
         them."""
+        for data, _ in self._messages_with_fds(0):
+            yield data
+
+    def _messages_with_fds(self, max_fds: int) -> Iterator[tuple[bytes, list[int]]]:
+        """``_messages``, each with the fds it carried (at most ``max_fds``; the kernel closes any beyond)."""
         while True:
             try:
-                data = self.sock.recv(4096)
+                data, fds, _, _ = socket.recv_fds(self.sock, 4096, max_fds)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
-            yield data
+                data, fds = b"", []
+            yield data, fds
             if not data:
                 return
 

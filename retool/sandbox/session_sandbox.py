@@ -92,7 +92,7 @@ class SessionSandbox(ControlledSandbox):
             code = -(code - 128)  # bwrap reports "killed by signal N" as 128+N
         self._ended(code)
 
-    def on_zygote(self, kind: str, value: str, pidfd: int | None = None) -> None:
+    def on_zygote(self, kind: str, value: str, pidfd: int | None) -> None:
         """What the session zygote said about this session: ``P`` started (with the interpreter's pidfd, now this
         session's), ``F`` did not start, ``X`` exited."""
         if kind == "P":

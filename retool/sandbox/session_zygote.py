@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-from typing import Callable, Iterator
+from typing import Callable
 
 from retool.sandbox.forkserver import read_ready_report
 from retool.sandbox.inside_zygote import ZYGOTE_ARG
@@ -27,6 +27,10 @@ from retool.sandbox.plumbing import ControlledSandbox
 
 log = logging.getLogger("retool.sandbox")
 _MB = 1024 * 1024
+
+
+# on_report(kind, value, pidfd): what the zygote said about one session (see SessionZygote.start)
+ReportSink = Callable[[str, str, int | None], None]
 
 
 class SessionZygote(ControlledSandbox):
@@ -48,13 +52,13 @@ class SessionZygote(ControlledSandbox):
         self._start(launch, stdin_r)
         self.healthy = True
         self.closed = False
-        self.sessions: dict[str, Callable[..., None]] = {}  # token -> where its reports go
+        self.sessions: dict[str, ReportSink] = {}  # token -> where its reports go
         self.started = 0  # sessions it started
         self.start_failure = ""  # why the first start it refused failed
         self._tokens = itertools.count(1)
         asyncio.get_running_loop().add_reader(self.sock.fileno(), self._on_message)
 
-    def start(self, session: ControlledSandbox, limits: str, on_report: Callable[..., None]) -> str:
+    def start(self, session: ControlledSandbox, limits: str, on_report: ReportSink) -> str:
         """Ask for ``session``'s interpreter; what the zygote says about it goes to ``on_report(kind, value, pidfd)``
         (``P`` started, with the interpreter's pidfd or None, which ``on_report`` then owns; ``F`` did not start or
         went away; ``X`` exited); the token naming it."""
@@ -67,21 +71,8 @@ class SessionZygote(ControlledSandbox):
         self.sessions[token] = on_report
         return token
 
-    def _messages_with_fds(self) -> Iterator[tuple[bytes, list[int]]]:
-        """``_messages``, each with the fds it carried (a ``P`` report carries the interpreter's pidfd)."""
-        while True:
-            try:
-                data, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, fds = b"", []
-            yield data, fds
-            if not data:
-                return
-
     def _on_message(self) -> None:
-        for data, fds in self._messages_with_fds():
+        for data, fds in self._messages_with_fds(1):  # a P report carries the interpreter's pidfd
             pidfd = fds.pop(0) if fds and data.startswith(b"P") else None
             for stray in fds:  # only a P report carries one
                 os.close(stray)

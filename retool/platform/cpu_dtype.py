@@ -1,16 +1,20 @@
-"""The compute dtype of CPU runs: bfloat16 only where the CPU computes it natively, float32 elsewhere.
+"""The compute dtype of CPU runs: float32, unless RETOOL_CPU_DTYPE=bfloat16 asks for bf16.
 
-Without native bf16 (AVX2-only x86, e.g. AMD EPYC Rome/Milan) PyTorch and oneDNN emulate bf16 matrix products and
-run them ~60x slower than fp32: the smoke's SFT took 235 s per step instead of ~4 s. With AVX512-BF16 or AMX the
-two are close (bench/cpu_dtype.py; docs/performance.md). So the rule is the CPU's flags, not a guess:
+bf16 buys a CPU run nothing and can cost it its result:
 
-- ``bfloat16`` when /proc/cpuinfo lists ``avx512_bf16`` or ``amx_bf16`` (x86) or ``bf16`` (aarch64, e.g. Kunpeng 920B);
-- ``float32`` otherwise, and also when ``ONEDNN_MAX_CPU_ISA`` holds oneDNN below AVX512_CORE_BF16 (the way a newer
-  CPU is made to behave like an AVX2-only one: its flags still say bf16, its matrix products no longer do).
+- Where the CPU lacks native bf16 (AVX2-only x86, e.g. AMD EPYC Rome/Milan), PyTorch and oneDNN emulate bf16 matrix
+  products ~60x slower than fp32: the smoke's SFT took 235 s per step instead of ~4 s.
+- Where it has it (AVX512-BF16, AMX, Arm BF16), bf16 is hardly faster for the smoke's tiny model: bench/cpu_dtype.py
+  measured 1.05 x fp32's time on an Intel Xeon and 1.11 x on an AMD EPYC, where the smoke's SFT took 46 s against
+  68 s and its RL 251 s against 253 s. On that AMD EPYC (avx512_bf16) the smoke's GRPO raised held-out accuracy by
+  +0.07 and +0.16 in bf16 against +0.43 in fp32: the bf16 rollouts' programs computed the wrong expression far more
+  often (docs/performance.md). So float32 is the CPU default everywhere; the NPU and GPU runs keep bf16.
 
-``RETOOL_CPU_DTYPE=bfloat16|float32`` overrides the rule. configs/device/cpu.env exports the choice as
-RETOOL_CPU_DTYPE, the CPU overlays (configs/device/*/cpu.yaml) read it for the trainer's mixed precision and vLLM,
-and the smoke summary reports it with its reason.
+``RETOOL_CPU_DTYPE=bfloat16|float32`` overrides the default; the reason then says whether this CPU emulates bf16
+(no native flag, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below AVX512_CORE_BF16, the way a newer CPU is made to
+behave like an AVX2-only one). configs/device/cpu.env exports the choice as RETOOL_CPU_DTYPE, the CPU overlays
+(configs/device/*/cpu.yaml) read it for the trainer's mixed precision and vLLM, and the smoke summary reports it
+with its reason.
 
     python -m retool.platform.cpu_dtype            # prints the dtype
     python -m retool.platform.cpu_dtype --explain  # dtype and the reason
@@ -26,6 +30,7 @@ from pathlib import Path
 
 DTYPES = ("bfloat16", "float32")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+SET_BY_ENV = "set by RETOOL_CPU_DTYPE"
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "bf16")  # what docs/performance.md states
 # oneDNN's ISA caps without bf16 dot products (oneDNN's ONEDNN_MAX_CPU_ISA names, upper case)
 ONEDNN_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
@@ -41,20 +46,29 @@ def cpu_flags(cpuinfo: str) -> set[str]:
     return flags
 
 
+def native_bf16(flags: set[str], onednn_cap: str | None = None) -> tuple[bool, str]:
+    """(whether this CPU computes bf16 natively, why) for a CPU with these flags under ``onednn_cap``
+    (ONEDNN_MAX_CPU_ISA)."""
+    native = sorted(flags.intersection(NATIVE_BF16_FLAGS))
+    if native and onednn_cap and onednn_cap.upper() in ONEDNN_CAPS_WITHOUT_BF16:
+        return False, (f"ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below AVX512_CORE_BF16: bf16 would be emulated "
+                       f"although the CPU has {', '.join(native)}")
+    if native:
+        return True, f"the CPU computes bf16 natively ({', '.join(native)})"
+    return False, "the CPU has no native bf16 (no avx512_bf16 / amx_bf16 / bf16 flag): bf16 would be emulated"
+
+
 def choose_dtype(flags: set[str], override: str | None = None, onednn_cap: str | None = None) -> tuple[str, str]:
     """(dtype, reason) for a CPU with these flags under ``onednn_cap`` (ONEDNN_MAX_CPU_ISA); ``override``
     (RETOOL_CPU_DTYPE) wins when set."""
+    if override and override not in DTYPES:
+        raise ValueError(f"RETOOL_CPU_DTYPE must be one of {', '.join(DTYPES)}, got {override!r}")
+    native, why = native_bf16(flags, onednn_cap)
+    if override == "bfloat16":
+        return override, SET_BY_ENV + ("" if native else f"; {why}, ~60x slower than float32")
     if override:
-        if override not in DTYPES:
-            raise ValueError(f"RETOOL_CPU_DTYPE must be one of {', '.join(DTYPES)}, got {override!r}")
-        return override, "set by RETOOL_CPU_DTYPE"
-    native = sorted(flags.intersection(NATIVE_BF16_FLAGS))
-    if native and onednn_cap and onednn_cap.upper() in ONEDNN_CAPS_WITHOUT_BF16:
-        return "float32", (f"ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below AVX512_CORE_BF16: bf16 would be "
-                           f"emulated although the CPU has {', '.join(native)}")
-    if native:
-        return "bfloat16", f"the CPU computes bf16 natively ({', '.join(native)})"
-    return "float32", "the CPU has no native bf16 (no avx512_bf16 / amx_bf16 / bf16 flag): bf16 would be emulated"
+        return override, SET_BY_ENV
+    return "float32", f"the CPU default: {why}" + ("; RETOOL_CPU_DTYPE=bfloat16 opts in" if native else "")
 
 
 def _cpuinfo(cpuinfo_path: Path) -> str:

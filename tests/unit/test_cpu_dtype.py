@@ -1,4 +1,5 @@
-"""retool.platform.cpu_dtype: bf16 only where the CPU computes it natively (else it is emulated, ~60x slower)."""
+"""retool.platform.cpu_dtype: float32 on every CPU unless RETOOL_CPU_DTYPE asks for bf16; the reason says whether
+this CPU computes bf16 natively or would emulate it (~60x slower)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from retool.platform.cpu_dtype import choose_dtype, cpu_flags, host_report
+from retool.platform.cpu_dtype import choose_dtype, cpu_flags, host_report, native_bf16
 
 EPYC_MILAN = "processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
 SAPPHIRE_RAPIDS = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n"
@@ -18,25 +19,27 @@ ARM_BF16 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
 
 
 @pytest.mark.parametrize(
-    ("cpuinfo", "dtype"),
-    [(EPYC_MILAN, "float32"), (SAPPHIRE_RAPIDS, "bfloat16"), (EPYC_GENOA, "bfloat16"), (KUNPENG_920, "float32"),
-     (ARM_BF16, "bfloat16"), ("", "float32")],
+    ("cpuinfo", "native"),
+    [(EPYC_MILAN, False), (SAPPHIRE_RAPIDS, True), (EPYC_GENOA, True), (KUNPENG_920, False), (ARM_BF16, True),
+     ("", False)],
 )
-def test_rule_follows_the_native_bf16_flags(cpuinfo, dtype):
+def test_float32_is_the_default_and_the_reason_names_the_native_bf16_flags(cpuinfo, native):
     chosen, reason = choose_dtype(cpu_flags(cpuinfo))
-    assert chosen == dtype
-    assert ("natively" in reason) == (dtype == "bfloat16")
+    assert chosen == "float32" and reason.startswith("the CPU default: ")
+    assert ("natively" in reason) == native and ("RETOOL_CPU_DTYPE=bfloat16 opts in" in reason) == native
+    assert ("would be emulated" in reason) == (not native)
 
 
-@pytest.mark.parametrize(("cap", "dtype"), [("AVX2", "float32"), ("avx512_core", "float32"),
-                                           ("AVX512_CORE_BF16", "bfloat16"), ("AVX512_CORE_AMX", "bfloat16"),
-                                           (None, "bfloat16")])
-def test_a_onednn_cap_below_bf16_gives_float32_on_a_bf16_cpu(cap, dtype):
-    chosen, reason = choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), None, cap)
-    assert chosen == dtype
-    if dtype == "float32":
-        assert reason.startswith(f"ONEDNN_MAX_CPU_ISA={cap} holds oneDNN below AVX512_CORE_BF16")
-    assert choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), "bfloat16", cap)[0] == "bfloat16"  # the override still wins
+@pytest.mark.parametrize(("cap", "native"), [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True),
+                                            ("AVX512_CORE_AMX", True), (None, True)])
+def test_a_onednn_cap_below_bf16_makes_bf16_emulated_on_a_bf16_cpu(cap, native):
+    assert native_bf16(cpu_flags(SAPPHIRE_RAPIDS), cap)[0] == native
+    chosen, reason = choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), "bfloat16", cap)  # the override still wins
+    assert chosen == "bfloat16" and reason.startswith("set by RETOOL_CPU_DTYPE")
+    if not native:
+        assert f"ONEDNN_MAX_CPU_ISA={cap} holds oneDNN below AVX512_CORE_BF16" in reason and "~60x slower" in reason
+    else:
+        assert reason == "set by RETOOL_CPU_DTYPE"
 
 
 def test_host_report_under_an_avx2_cap(tmp_path, monkeypatch):
@@ -47,10 +50,13 @@ def test_host_report_under_an_avx2_cap(tmp_path, monkeypatch):
     path.write_text(EPYC_GENOA)
     report = host_report(path)
     assert report["dtype"] == "float32" and report["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert "ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN below AVX512_CORE_BF16" in report["dtype_reason"]
 
 
 def test_override_wins_and_a_bad_one_names_the_variable():
-    assert choose_dtype(cpu_flags(EPYC_MILAN), "bfloat16") == ("bfloat16", "set by RETOOL_CPU_DTYPE")
+    chosen, reason = choose_dtype(cpu_flags(EPYC_MILAN), "bfloat16")  # allowed, and the reason warns
+    assert chosen == "bfloat16" and reason.startswith("set by RETOOL_CPU_DTYPE; the CPU has no native bf16")
+    assert choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), "float32") == ("float32", "set by RETOOL_CPU_DTYPE")
     with pytest.raises(ValueError, match="RETOOL_CPU_DTYPE must be one of bfloat16, float32, got 'bf16'"):
         choose_dtype(set(), "bf16")
 

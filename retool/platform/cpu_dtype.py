@@ -84,6 +84,11 @@ def host_dtype(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> tuple[str, str]:
                         os.environ.get("ONEDNN_MAX_CPU_ISA") or None)
 
 
+def host_native_bf16(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this host computes bf16 natively (under its ONEDNN_MAX_CPU_ISA, if set)."""
+    return native_bf16(cpu_flags(_cpuinfo(cpuinfo_path)), os.environ.get("ONEDNN_MAX_CPU_ISA") or None)[0]
+
+
 def host_report(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> dict[str, object]:
     """What a run records about its CPU: model name, cores, the flags that matter here, dtype and reason."""
     text = _cpuinfo(cpuinfo_path)

@@ -113,10 +113,9 @@ def _probe(model_dir: Path, dtype: str, mode: str) -> tuple[str, list[int], list
 def _dtypes_this_host_runs() -> list[str]:
     """float32 (every CPU run's by default) and bfloat16 where the CPU computes it natively, as RETOOL_CPU_DTYPE can
     ask there; on an AVX2-only host bf16 is an override the docs advise against (70x slower)."""
-    from retool.platform.cpu_dtype import cpu_flags, native_bf16
+    from retool.platform.cpu_dtype import host_native_bf16
 
-    native, _ = native_bf16(cpu_flags(Path("/proc/cpuinfo").read_text()), os.environ.get("ONEDNN_MAX_CPU_ISA"))
-    return ["bfloat16", "float32"] if native else ["float32"]
+    return ["bfloat16", "float32"] if host_native_bf16() else ["float32"]
 
 
 @pytest.mark.slow

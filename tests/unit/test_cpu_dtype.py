@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from retool.platform.cpu_dtype import choose_dtype, cpu_flags, host_report, native_bf16
+from retool.platform.cpu_dtype import choose_dtype, cpu_flags, host_native_bf16, host_report, native_bf16
 
 EPYC_MILAN = "processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
 SAPPHIRE_RAPIDS = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n"
@@ -51,6 +51,9 @@ def test_host_report_under_an_avx2_cap(tmp_path, monkeypatch):
     report = host_report(path)
     assert report["dtype"] == "float32" and report["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert "ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN below AVX512_CORE_BF16" in report["dtype_reason"]
+    assert not host_native_bf16(path)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert host_native_bf16(path)
 
 
 def test_override_wins_and_a_bad_one_names_the_variable():

@@ -16,6 +16,7 @@ set -euo pipefail
 # going cannot change what the running launch does next.
 main() {
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONSAFEPATH=1  # the launch folder stays off sys.path for the sandbox and helpers too (scripts/launch.sh)
 export DEVICE=cpu
 export RETOOL_RUN_KIND=smoke  # logs/launches.jsonl: retool-shakedown asks a smoke for everything but a resume
 # The improved profile by default: one prompt shape for SFT and RL, which a tiny model needs (retool/smoke/build.py).

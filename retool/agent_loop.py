@@ -14,7 +14,8 @@ trajectory; ``run`` is verl's, then:
    in its group's GRPO baseline. A healthy run masks nothing; ``mask_unanswered_tool_calls: false`` in the YAML turns
    it off. The recipe's failure accounting (retool.failures) counts these trajectories by cause.
 3. Faults are not hidden. verl answers a tool that raises with "Error executing tool ..." and goes on, and answers a
-   call of a tool it does not have with "Unknown function ...": here a raising tool is counted as ``tool_exception``
+   call of a tool it does not have with "Unknown function ...": here a tool that raises (in ``create`` or
+   ``execute``) is counted as ``tool_exception``
    with its traceback, and a call of the recipe's own tool (``code_interpreter``, which the SFT data teaches) that the
    run's tool config does not provide raises UnknownTool, a configuration error that stops the run.
 """
@@ -38,23 +39,37 @@ logger = logging.getLogger(__name__)
 
 
 class _CountedTool:
-    """A verl BaseTool whose exceptions are counted into the calling trajectory before verl words them."""
+    """A verl BaseTool whose exceptions are counted into the calling trajectory before verl words them.
+
+    One per agent-loop instance, so per trajectory: ``create`` gets no ``agent_data`` from verl, so the loop binds the
+    trajectory's before each call."""
 
     def __init__(self, tool: Any):
         self._tool = tool
+        self.agent_data: Any = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tool, name)
+
+    async def create(self, *args, **kwargs) -> Any:
+        try:
+            return await self._tool.create(*args, **kwargs)
+        except Exception as exc:
+            _count_exception(self.agent_data, exc)
+            raise
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> Any:
         try:
             return await self._tool.execute(instance_id, parameters, **kwargs)
         except Exception as exc:
-            agent_data = kwargs.get("agent_data")
-            if agent_data is not None:
-                tool_outcomes.record(agent_data.extra_fields, {"status": "tool_exception"},
-                                     problem="".join(traceback.format_exception(exc)))
+            _count_exception(kwargs.get("agent_data"), exc)
             raise
+
+
+def _count_exception(agent_data: Any, exc: Exception) -> None:
+    if agent_data is not None:
+        tool_outcomes.record(agent_data.extra_fields, {"status": "tool_exception"},
+                             problem="".join(traceback.format_exception(exc)))
 
 
 class RecipeToolAgentLoop(ToolAgentLoop):
@@ -72,6 +87,9 @@ class RecipeToolAgentLoop(ToolAgentLoop):
                 f"(actor_rollout_ref.rollout.multi_turn.tool_config_path) provides {sorted(active) or 'no tool'}. "
                 "Fix: point tool_config_path at configs/tool.yaml (the reference) or configs/tool_annotated.yaml"
             )
+        tool = active.get(tool_call.name)
+        if isinstance(tool, _CountedTool):
+            tool.agent_data = agent_data
         return await super()._call_tool(tool_call, tools_kwargs, agent_data)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:

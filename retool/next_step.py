@@ -14,11 +14,22 @@ from pathlib import Path
 import yaml
 
 
+def resolved(run_dir: Path, stage: str) -> dict:
+    return yaml.safe_load((run_dir / f"{stage}.resolved.yaml").read_text())
+
+
 def last_checkpoint(run_dir: Path, stage: str) -> Path | None:
-    config = yaml.safe_load((run_dir / f"{stage}.resolved.yaml").read_text())
-    checkpoints = Path(config["trainer"]["default_local_dir"])
+    checkpoints = Path(resolved(run_dir, stage)["trainer"]["default_local_dir"])
     marker = checkpoints / "latest_checkpointed_iteration.txt"
     return checkpoints / f"global_step_{marker.read_text().strip()}" if marker.is_file() else None
+
+
+def eval_device(run_dir: Path) -> str:
+    """retool-eval's device options for an RL run: the launch's device and the run's rollout tensor parallelism,
+    so the evaluation's vLLM is laid out as the validation's was."""
+    rollout = resolved(run_dir, "rl").get("actor_rollout_ref", {}).get("rollout", {})
+    tensor_parallel = rollout.get("tensor_model_parallel_size", 1)
+    return f"--device {os.environ.get('DEVICE', 'npu')} --tensor-parallel-size {tensor_parallel}"
 
 
 def commands(stage: str, run_dir: Path) -> list[str]:
@@ -43,7 +54,7 @@ def commands(stage: str, run_dir: Path) -> list[str]:
             f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} "
             f"--target_dir {run_dir / 'merged'}",
             f"retool-eval --model {run_dir / 'merged'} --profile {profile} --data retool/datasets/aime2025/test.jsonl "
-            f"--n 30 --sandbox-url http://127.0.0.1:8080 --output {run_dir / 'eval'}"]
+            f"--n 30 --sandbox-url http://127.0.0.1:8080 --output {run_dir / 'eval'} {eval_device(run_dir)}"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,15 +9,22 @@ launch's environment (retool/resume.py), and stops the launch when a node fails:
   this host, found as verl's ``ray.init`` finds it): a short-lived driver joins it with the run's runtime env and
   runs one task on every live node; the cluster must hold ``trainer.nnodes`` nodes with
   ``trainer.n_gpus_per_node`` accelerators each.
-- **No cluster** (one node: verl starts its own Ray on this host): the same check in this process, with the
-  runtime env's variables set as verl's workers will have them. A config for several nodes stops here.
+- **No cluster** (one node: verl starts its own Ray on this host): a Ray of its own, started as verl's
+  ``run_ppo`` starts it (``ray.init`` with ``ray_kwargs.ray_init`` and its runtime env, from this process, whose
+  environment the launcher's verl inherits), and the same task in one of its workers; then it is shut down. A
+  config for several nodes stops here.
+
+Either way the task runs in a Ray worker and reads that worker's own environment: what the launch set but Ray did
+not deliver (a runtime env whose setup hook rewrites it, a raylet that ignores the job's env) is caught there.
 
 On each node: the sandbox URL its workers resolve from the tool config (``RETOOL_NODE_SANDBOX_URL`` in that node's
 environment, else the launch's ``RETOOL_SANDBOX_URL``, else the tool config's default, 127.0.0.1: each node its
-own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox/gate.py); the worker environment the
-launcher hands over (the device variables of configs/device/<device>.env, the sandbox URL, the TensorBoard folder)
-is set; on a cluster also that the node's Python holds the device stack and sees a device, and that verl, torch and
-vLLM are the launcher's versions.
+own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox/gate.py), and is printed with where
+it came from; on a resume whose new ``RETOOL_SANDBOX_URL`` a node's own ``RETOOL_NODE_SANDBOX_URL`` overrides, a
+warning names both (retool/resume.py records what the resume replaced). The worker environment the launcher hands
+over (the device variables of configs/device/<device>.env, the sandbox URL, the TensorBoard folder) is set; on a
+cluster also that the node's Python holds the device stack and sees a device, and that verl, torch and vLLM are the
+launcher's versions.
 
     python -m retool.node_check --config RUN_DIR/rl.resolved.yaml   # exit 0: every node fine; 1: what failed
 """
@@ -36,6 +43,7 @@ from typing import Any
 import yaml
 
 from retool.doctor.checks import dig
+from retool.resume import RESUMED_ENV
 from retool.sandbox.client import SandboxURLError, run_code_url
 from retool.sandbox.gate import ACCEPT_VARIABLE, sandbox_verdict
 
@@ -63,6 +71,7 @@ class Expected:
     accept_weak: bool
     versions: dict[str, str | None] = field(default_factory=dict)  # empty: not compared (the launching host itself)
     device_stack: bool = False  # npu/cuda: import the stack and see a device (the launcher did it for its own host)
+    resumed_from: dict[str, str] | None = None  # a resume: the workers' environment of the run before it
 
 
 @dataclass
@@ -70,6 +79,7 @@ class NodeResult:
     node: str  # the node's address, as Ray names it (or this host's name)
     passed: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -82,51 +92,109 @@ def installed_versions() -> dict[str, str | None]:
     return found
 
 
-def expected_from_config(cfg: dict[str, Any], on_cluster: bool) -> Expected:
-    env_vars = dig(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", None) or {}
+def _strings(env: Any) -> dict[str, str]:
+    return {str(key): str(value) for key, value in (env or {}).items()}
+
+
+def expected_from_config(cfg: dict[str, Any], on_cluster: bool, run_dir: Path | None = None) -> Expected:
+    env_vars = _strings(dig(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", None))
     device = str(dig(cfg, "trainer.device", "cuda"))
     return Expected(
         tool_config=str(dig(cfg, "actor_rollout_ref.rollout.multi_turn.tool_config_path", "") or ""),
-        env_vars={str(key): str(value) for key, value in env_vars.items()},
+        env_vars=env_vars,
         device=device,
         accept_weak=os.environ.get(ACCEPT_VARIABLE) == "1",  # the launcher's decision, for every node
         versions=installed_versions() if on_cluster else {},
         device_stack=on_cluster and device in ("npu", "cuda"),
+        resumed_from=resumed_from(run_dir, env_vars) if run_dir else None,
     )
 
 
-def resolved_sandbox_urls(tool_config: str) -> list[str]:
-    """The sandbox URLs this process's environment makes of the tool config, resolved as verl's tool loader does."""
+def resumed_from(run_dir: Path, env_vars: dict[str, str]) -> dict[str, str] | None:
+    """The workers' environment before this launch's resume (retool/resume.py wrote it); None: not a resume."""
+    try:
+        record = yaml.safe_load((run_dir / RESUMED_ENV).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    # written by an earlier resume of this folder whose config has been edited since: not this launch's
+    return _strings(record.get("saved")) if _strings(record.get("launch")) == env_vars else None
+
+
+def resolved_sandbox_urls(tool_config: str, without: str | None = None) -> list[str]:
+    """The sandbox URLs this process's environment makes of the tool config, resolved as verl's tool loader does
+    (``without``: as if that variable were not set)."""
     from omegaconf import OmegaConf
 
-    urls = []
-    for tool in OmegaConf.load(tool_config).get("tools") or []:
-        config = OmegaConf.to_container(tool.get("config") or {}, resolve=True)
-        if config.get("sandbox_fusion_url"):
-            urls.append(run_code_url(str(config["sandbox_fusion_url"])))
-    return sorted(set(urls))
+    hidden = os.environ.pop(without, None) if without else None
+    try:
+        urls = []
+        for tool in OmegaConf.load(tool_config).get("tools") or []:
+            config = OmegaConf.to_container(tool.get("config") or {}, resolve=True)
+            if config.get("sandbox_fusion_url"):
+                urls.append(run_code_url(str(config["sandbox_fusion_url"])))
+        return sorted(set(urls))
+    finally:
+        if hidden is not None:
+            os.environ[without] = hidden
 
 
-def url_source(url: str) -> str:
+def _names(variable: str, url: str) -> bool:
+    try:
+        return bool(os.environ.get(variable)) and run_code_url(os.environ[variable]) == url
+    except SandboxURLError:
+        return False
+
+
+def url_source(url: str, expected: Expected) -> str:
     """Where a resolved URL came from, in words the fix can use."""
-    for variable, where in ((NODE_URL_VARIABLE, "this node's environment"), (LAUNCH_URL_VARIABLE, "the launch")):
-        try:
-            if os.environ.get(variable) and run_code_url(os.environ[variable]) == url:
-                return f"{variable} of {where}"
-        except SandboxURLError:
-            continue
-    return "the tool config"
+    if _names(NODE_URL_VARIABLE, url):
+        return f"{NODE_URL_VARIABLE} of this node's environment"
+    if not _names(LAUNCH_URL_VARIABLE, url):
+        return "the tool config's default"
+    launch = expected.env_vars.get(LAUNCH_URL_VARIABLE)
+    if launch != os.environ[LAUNCH_URL_VARIABLE]:
+        return f"{LAUNCH_URL_VARIABLE} of this node's environment, not the launch's"
+    if expected.resumed_from is None:
+        return f"{LAUNCH_URL_VARIABLE} of the launch"
+    saved = expected.resumed_from.get(LAUNCH_URL_VARIABLE)
+    if saved == launch:
+        return f"{LAUNCH_URL_VARIABLE} of the launch, as in the resumed run's saved config"
+    return (f"{LAUNCH_URL_VARIABLE} of the launch, which the resume put in place of the saved config's "
+            f"{saved or 'default'}")
+
+
+def resume_override(expected: Expected, url: str) -> str | None:
+    """The warning for a resume whose new sandbox URL this node's own RETOOL_NODE_SANDBOX_URL overrides."""
+    if expected.resumed_from is None or not _names(NODE_URL_VARIABLE, url):
+        return None
+    saved = expected.resumed_from.get(LAUNCH_URL_VARIABLE)
+    launch = expected.env_vars.get(LAUNCH_URL_VARIABLE)
+    if saved == launch:
+        return None  # the resume changed nothing here: the node calls what it called before
+    instead = resolved_sandbox_urls(expected.tool_config, without=NODE_URL_VARIABLE)
+    if url in instead:
+        return None
+    new = " ".join(instead) or "none"
+    where = f"{LAUNCH_URL_VARIABLE}={launch}" if launch else f"the tool config's default: no {LAUNCH_URL_VARIABLE}"
+    before = f"{LAUNCH_URL_VARIABLE}={saved}" if saved else f"no {LAUNCH_URL_VARIABLE}"
+    return (f"this resume moved the sandbox to {new} ({where}; the run before it had {before}), but this node's own "
+            f"{NODE_URL_VARIABLE}={os.environ[NODE_URL_VARIABLE]} overrides it: its workers "
+            f"call {url}, not {new}. To call {new} here: unset {NODE_URL_VARIABLE} (or set it to the URL you mean) "
+            "in the environment of this node's `ray start`, then `ray stop` and `ray start` there again (one node "
+            "without a cluster: in the shell you launch from), and launch again")
 
 
 def check_node(expected: Expected, node: str) -> NodeResult:
-    """Check the node this runs on (a Ray task there, or the launcher's own host), in this process's environment."""
+    """Check the node this runs on (a Ray task there), in the environment Ray gave this worker."""
     result = NodeResult(node)
     wrong = [f"{key}={os.environ.get(key)!r} (launched with {value!r})" for key, value in expected.env_vars.items()
              if os.environ.get(key) != value]
     if wrong:
         result.problems.append("the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
-                               "Ray did not apply the job's runtime env on this node; run the same Ray version on "
-                               "every node and start its raylet again (ray stop; ray start --address=HEAD:6379)")
+                               "Ray did not give this node's workers the job's runtime env as launched: remove what "
+                               "rewrites it (a worker_process_setup_hook or plugin in "
+                               "ray_kwargs.ray_init.runtime_env), run the same Ray version on every node and start "
+                               "its raylet again (ray stop; ray start --address=HEAD:6379)")
     else:
         result.passed.append(f"worker environment as launched ({len(expected.env_vars)} variables)")
     _check_sandbox(expected, result)
@@ -147,8 +215,11 @@ def _check_sandbox(expected: Expected, result: NodeResult) -> None:
         return
     accept = {ACCEPT_VARIABLE: "1"} if expected.accept_weak else {}
     for url in urls:
+        warning = resume_override(expected, url)
+        if warning:
+            result.warnings.append(warning)
         ok, message = sandbox_verdict(url, accept)
-        where = f"sandbox {url} (from {url_source(url)})"
+        where = f"sandbox {url} (from {url_source(url, expected)})"
         if ok:
             result.passed.append(f"{where}: {message}")
         else:
@@ -185,7 +256,6 @@ def cluster_address(cfg: dict[str, Any]) -> str | None:
 def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tuple[list[str], list[NodeResult]]:
     """(problems of the cluster as a whole, one result per live node), from one task on every node."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     init = dig(cfg, "ray_kwargs.ray_init", None) or {}
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
@@ -201,42 +271,15 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
                 "RAY_ADDRESS may name an old head"], []
     try:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
-        remote = ray.remote(check_node)
-        tasks = {}
-        for node in nodes:
-            options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
-                node["NodeID"], soft=False)}
-            here = expected
-            if expected.device_stack and node["Resources"].get(resource, 0) >= 1:  # one device, so it is visible
-                options.update({"num_gpus": 1} if resource == "GPU" else {"resources": {resource: 1}})
-            elif expected.device_stack:  # a node without devices (a CPU-only head) hosts no trainer worker
-                here = replace(expected, device_stack=False)
-            tasks[remote.options(**options).remote(here, node["NodeManagerAddress"])] = node
-        _, pending = ray.wait(list(tasks), num_returns=len(tasks), timeout=TASK_TIMEOUT_S)
-        results = []
-        pending = set(pending)
-        for ref, node in tasks.items():
-            where = node["NodeManagerAddress"]
-            if ref in pending:
-                ray.cancel(ref, force=True)
-                result = NodeResult(where, problems=[
-                    f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): `ray "
-                    "status` and the node's /tmp/ray/session_latest/logs say why"])
-            else:
-                try:
-                    result = ray.get(ref)
-                except Exception as exc:  # the task could not run there: runtime env, the recipe's import, ...
-                    result = NodeResult(where, problems=[
-                        f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. Fix: "
-                        "install the recipe at the same path on every node (one container image; docs/install.md)"])
-            have = node["Resources"].get(resource, 0)
-            if 0 < have < per_node:
-                result.problems.append(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
-                                       "Fix: make every device visible to the node's container, then start its "
-                                       "raylet again")
-            results.append(result)
+        results = _task_on_every_node(expected, nodes, resource)
     finally:
         ray.shutdown()
+    for result, node in zip(results, nodes):
+        have = node["Resources"].get(resource, 0)
+        if 0 < have < per_node:
+            result.problems.append(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
+                                   "Fix: make every device visible to the node's container, then start its "
+                                   "raylet again")
     counts = [(node["NodeManagerAddress"], node["Resources"].get(resource, 0)) for node in nodes]
     full = sum(have >= per_node for _, have in counts)
     problems = []
@@ -248,7 +291,66 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
     return problems, sorted(results, key=lambda r: r.node)
 
 
-def run(cfg: dict[str, Any]) -> tuple[list[str], list[NodeResult]]:
+def check_here(cfg: dict[str, Any], expected: Expected) -> tuple[list[str], list[NodeResult]]:
+    """One node: a Ray of its own, started with the arguments verl's ``ray.init`` gets, and the check in a worker."""
+    import ray
+
+    # verl merges its own defaults under this runtime env; the launch's variables win that merge, so the ones
+    # compared are the same (importing verl for its defaults would cost 10 s)
+    init = {key: value for key, value in (dig(cfg, "ray_kwargs.ray_init", None) or {}).items() if value is not None}
+    try:
+        ray.init(**{"logging_level": "ERROR", "log_to_driver": False, **init})
+    except Exception as exc:  # Ray raises many types here; each means verl's own start would fail the same way
+        return [f"Ray does not start here with the run's ray_kwargs.ray_init ({type(exc).__name__}: "
+                f"{str(exc).strip()[-600:]}), so verl would not start either. Fix: the setting the message names "
+                "(a _temp_dir path too long for Ray's sockets, a runtime_env Ray refuses)"], []
+    try:
+        node = next(node for node in ray.nodes() if node.get("Alive"))
+        results = _task_on_every_node(expected, [node], ACCELERATOR.get(expected.device, "GPU"),
+                                      name=socket.gethostname())
+    finally:
+        ray.shutdown()
+    return [], results
+
+
+def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resource: str,
+                        name: str | None = None) -> list[NodeResult]:
+    """check_node in one Ray task on each node (in the job's runtime env, as verl's workers run), in node order."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(check_node)
+    tasks = {}
+    for node in nodes:
+        options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)}
+        here = expected
+        if expected.device_stack and node["Resources"].get(resource, 0) >= 1:  # one device, so it is visible
+            options.update({"num_gpus": 1} if resource == "GPU" else {"resources": {resource: 1}})
+        elif expected.device_stack:  # a node without devices (a CPU-only head) hosts no trainer worker
+            here = replace(expected, device_stack=False)
+        tasks[remote.options(**options).remote(here, name or node["NodeManagerAddress"])] = node
+    _, pending = ray.wait(list(tasks), num_returns=len(tasks), timeout=TASK_TIMEOUT_S)
+    results = []
+    pending = set(pending)
+    for ref, node in tasks.items():
+        where = name or node["NodeManagerAddress"]
+        if ref in pending:
+            ray.cancel(ref, force=True)
+            results.append(NodeResult(where, problems=[
+                f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): `ray "
+                "status` and the node's /tmp/ray/session_latest/logs say why"]))
+            continue
+        try:
+            results.append(ray.get(ref))
+        except Exception as exc:  # the task could not run there: runtime env, the recipe's import, ...
+            results.append(NodeResult(where, problems=[
+                f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. Fix: "
+                "install the recipe at the same path on every node (one container image; docs/install.md)"]))
+    return results
+
+
+def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], list[NodeResult]]:
     """Check the cluster verl will use, or this host when verl will start its own Ray."""
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
     try:
@@ -256,20 +358,20 @@ def run(cfg: dict[str, Any]) -> tuple[list[str], list[NodeResult]]:
     except (ConnectionError, ValueError) as exc:
         return [f"the Ray cluster the run would join is not usable: {exc}"], []
     if address is not None:
-        return check_cluster(cfg, address, expected_from_config(cfg, on_cluster=True))
+        return check_cluster(cfg, address, expected_from_config(cfg, on_cluster=True, run_dir=run_dir))
     if nnodes > 1:
         return [f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
                 "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "
                 "ray start --address=<this node>:6379 on the others (or set RAY_ADDRESS), then launch again"], []
-    expected = expected_from_config(cfg, on_cluster=False)
-    os.environ.update(expected.env_vars)  # verl's own Ray gives its workers this host's environment plus these
-    return [], [check_node(expected, node=socket.gethostname())]
+    return check_here(cfg, expected_from_config(cfg, on_cluster=False, run_dir=run_dir))
 
 
 def report(problems: list[str], results: list[NodeResult]) -> int:
     for result in results:
         if not result.problems:
             print(f"[node-check] {result.node}: " + "; ".join(result.passed), file=sys.stderr)
+        for warning in result.warnings:  # after the node's line, so it is the last thing read about that node
+            print(f"WARNING: node {result.node}: {warning}", file=sys.stderr)
     failed = [result for result in results if result.problems]
     for result in failed:
         print(f"error: node {result.node} failed its check before step 1:\n  - " + "\n  - ".join(result.problems),
@@ -288,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, yaml.YAMLError) as exc:
         print(f"error: cannot read {args.config}: {exc}", file=sys.stderr)
         return 1
-    return report(*run(cfg))
+    return report(*run(cfg, run_dir=args.config.parent))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ RESUME_FREE = (
     "trainer.val_before_train",
 )
 LATEST = "latest_checkpointed_iteration.txt"
+# The workers' environment of the run before this resume and of this launch, for the node check: a node's own
+# RETOOL_NODE_SANDBOX_URL still wins over a new RETOOL_SANDBOX_URL there, and it says so (retool/node_check.py).
+RESUMED_ENV = "logs/resumed_worker_env.yaml"
 # The TensorBoard folders earlier launches of the run wrote to, when a resume moved it (one per line).
 EARLIER_EVENT_DIRS = "logs/tensorboard_dirs.txt"
 VALIDATION_TAG_PREFIXES = ("val-core/", "val-aux/", "val/")
@@ -87,6 +90,9 @@ def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:
         history.parent.mkdir(parents=True, exist_ok=True)
         with history.open("a") as handle:
             handle.write(f"{old['TENSORBOARD_DIR']}\n")
+    record = saved_path.parent / RESUMED_ENV
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(yaml.safe_dump({"saved": old, "launch": now}))
     if changed:
         OmegaConf.update(saved, WORKER_ENV, now, merge=False, force_add=True)
         partial = saved_path.with_name(f".{saved_path.name}.env")

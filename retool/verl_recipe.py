@@ -15,6 +15,10 @@ A launcher copied by hand finds no ``scripts/`` beside it and asks ``retool-verl
 recipe's checkout (the package is installed editable, so that is the clone), then runs with its configs and
 scripts; without an installed recipe it stops at that line and says what to do. Either way data, runs and
 checkpoints stay in the checkout (``data/$PROFILE``, ``runs/``) unless ``DATA_DIR`` / ``RUN_DIR`` say otherwise.
+
+verl's own files in that folder (its ``retool.py``, which would hide the recipe's package) are never imported: the
+launch keeps the folder it runs in off the import path of every process it starts, Ray workers included
+(``scripts/launch.sh``, ``retool/launch_path.py``), and relative paths still mean that folder's.
 """
 
 from __future__ import annotations

@@ -63,6 +63,10 @@ if [[ -z "${RUN_DIR:-}" && "$STAGE" == sft && "${NNODES:-1}" != 1 && "${DRY_RUN:
   exit 2
 fi
 
+# `python -m` and `-c` put the working directory first on sys.path: launched from the CANN 样例's verl/recipe/retool,
+# its retool.py (or a verl/, reward.py, tool.py there) would be imported instead of the recipe and verl. Every
+# process started from here inherits this (torchrun's ranks too); Ray's workers get retool/launch_path.py's hook.
+export PYTHONSAFEPATH=1
 if [[ -z "${PYTHON:-}" ]]; then
   # .venv holds the CPU stack: right for the CPU and for resolving configs, wrong for an NPU or CUDA run.
   if [[ ( "$DEVICE" == cpu || "${DRY_RUN:-0}" == 1 ) && -x "$REPO_DIR/.venv/bin/python" ]]; then
@@ -74,9 +78,24 @@ fi
 # Looked up, not imported: importing verl takes ~10 s and the next step imports it anyway (a broken install shows there).
 "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("retool") and u.find_spec("verl")))' \
   2>/dev/null || {
-  echo "error: $PYTHON cannot import the recipe and verl: install them into that environment (pip install -r" \
-       "requirements.txt && python -m retool.verl_install install; docs/install.md), or set PYTHON" >&2
+  case "$DEVICE" in  # docs/install.md: a plain pip install on the NPU image would replace its torch_npu and vLLM
+    npu) how="cd $REPO_DIR && bash scripts/install_npu.sh" ;;
+    cpu) how="cd $REPO_DIR && make setup (the launch then takes .venv/bin/python when PYTHON is unset)" ;;
+    *) how="cd $REPO_DIR && $PYTHON -m pip install -e '.[cuda]' && $PYTHON -m retool.verl_install install" ;;
+  esac
+  [[ "$DEVICE" != npu || "$PYTHON" == python3 ]] || how="cd $REPO_DIR && PYTHON=$PYTHON bash scripts/install_npu.sh"
+  echo "error: $PYTHON cannot import the recipe and verl: install them into that environment ($how;" \
+       "docs/install.md), or set PYTHON to the interpreter that has them" >&2
   exit 1; }
+# PYTHONSAFEPATH needs Python >= 3.11 (the NPU image has 3.12): an older one imports from the launch folder, which
+# is harmless only in the checkout itself.
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+   && [[ "$(pwd -P)" != "$(cd "$REPO_DIR" && pwd -P)" ]]; then
+  echo "error: $PYTHON is older than Python 3.11, which puts the folder a launch runs from ($PWD) first on" \
+       "sys.path: a retool.py or verl/ there would be imported instead of the recipe's. Launch from the checkout" \
+       "(cd $REPO_DIR), or set PYTHON to a Python >= 3.11" >&2
+  exit 1
+fi
 if [[ "$DEVICE" != cpu && "${DRY_RUN:-0}" != 1 ]]; then
   "$PYTHON" -m retool.platform.stack "$DEVICE"  # stops here, with the fix, when $PYTHON has no $DEVICE stack
 fi
@@ -109,6 +128,10 @@ if [[ "$STAGE" == rl ]]; then
   RUNTIME_ENV="+ray_kwargs.ray_init.runtime_env.env_vars"
   HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'")
   [[ -z "${RETOOL_SANDBOX_URL:-}" ]] || HYDRA_ARGS+=("$RUNTIME_ENV.RETOOL_SANDBOX_URL='$RETOOL_SANDBOX_URL'")
+  # Ray puts this launch's folder first on every worker's sys.path (on every node): the hook takes it out again.
+  # PYTHONSAFEPATH for what the workers start, also where `ray start` brought them up without this environment.
+  HYDRA_ARGS+=("+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=retool.launch_path.undo_driver_paths"
+               "$RUNTIME_ENV.PYTHONSAFEPATH='1'")
   # The device variables too: workers that `ray start` brought up on other nodes never read $DEVICE_ENV.
   for name in $(sed -nE 's/^[[:space:]]*export[[:space:]]+([A-Za-z_][A-Za-z0-9_]*).*/\1/p' "$DEVICE_ENV" | sort -u); do
     value="${!name}"

@@ -1,20 +1,25 @@
 """The failure ledger: one small Ray actor per run where every failed trajectory is recorded as it happens.
 
 Agent-loop workers (retool.failures.worker), on any node, record an event per failed trajectory; the trainer's
-sampler (retool.failures.sampler) drains the events at each step, and asks between polls whether a configuration
-error has been seen, so a run stops at the first one instead of at the end of the step. The actor keeps counts and
-the first event of each cause per partition, so its memory does not grow with the run.
+sampler (retool.failures.sampler) drains the events while it waits for a batch and when it samples one, and asks
+for a configuration error, so a run stops at the first one instead of at the end of the step. The actor holds only
+the events since the last drain and the first configuration error, so its memory does not grow with the run.
 
 Event (a dict): ``partition`` ("train" | "val"), ``kind`` ("lost" | "masked"), ``cause`` (retool.failures.causes),
 ``step`` (the prompt's global step), ``uid``, ``session``, ``where`` (node and process), ``detail`` (the exception
 or the tool's problem, one line), ``traceback`` (text), ``configuration`` (True for a configuration error).
+
+Counts must not vanish: Ray restarts the actor if its process dies, and a restarted ledger has forgotten what it
+held. Each incarnation has its own id, which the sampler compares at every drain, so a restart is said in the log and
+in the step's record. A worker that cannot reach the ledger keeps the number of events it could not record and hands
+it over with its next event (``unrecorded``), so those failures are still counted, by number if not by cause.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections import Counter
+import uuid
 from typing import Any
 
 import ray
@@ -24,29 +29,40 @@ LEDGER_NAME = "retool_failure_ledger"
 
 class FailureLedger:
     def __init__(self) -> None:
-        self._counts: dict[str, Counter] = {}
-        self._first: dict[str, dict[str, dict[str, Any]]] = {}
+        self.incarnation = uuid.uuid4().hex
+        self._events: dict[str, list[dict[str, Any]]] = {}
+        self._causes: dict[str, set[str]] = {}
+        self._unrecorded: dict[str, int] = {}
         self._configuration_error: dict[str, Any] | None = None
 
-    def record(self, event: dict[str, Any]) -> None:
+    def record(self, event: dict[str, Any], unrecorded: dict[str, int] | None = None) -> str:
+        """Keep ``event``; ``unrecorded`` counts, per partition, events the caller failed to record before.
+        Returns this incarnation's id."""
         partition = event["partition"]
-        self._counts.setdefault(partition, Counter())[(event["kind"], event["cause"])] += 1
-        self._first.setdefault(partition, {}).setdefault(event["cause"], event)
+        causes = self._causes.setdefault(partition, set())
+        if event["cause"] in causes:
+            event = {**event, "traceback": ""}  # the first traceback of a cause per drain is the one shown
+        causes.add(event["cause"])
+        self._events.setdefault(partition, []).append(event)
+        for partition, n in (unrecorded or {}).items():
+            self._unrecorded[partition] = self._unrecorded.get(partition, 0) + n
         if event.get("configuration") and self._configuration_error is None:
             self._configuration_error = event
+        return self.incarnation
 
     def drain(self, partition: str) -> dict[str, Any]:
-        """What was recorded for ``partition`` since the last drain: {"lost": {cause: n}, "masked": {cause: n},
-        "first": {cause: event}}; the partition starts afresh."""
-        counts = self._counts.pop(partition, Counter())
-        drained: dict[str, Any] = {"lost": {}, "masked": {}, "first": self._first.pop(partition, {})}
-        for (kind, cause), n in counts.items():
-            drained[kind][cause] = n
-        return drained
+        """What was recorded for ``partition`` since the last drain: {"incarnation", "events", "unrecorded"}; the
+        partition starts afresh. The sampler counts them (tracebacks are kept whole only for the first per cause)."""
+        self._causes.pop(partition, None)
+        return {"incarnation": self.incarnation, "events": self._events.pop(partition, []),
+                "unrecorded": self._unrecorded.pop(partition, 0)}
 
     def configuration_error(self) -> dict[str, Any] | None:
-        """The first configuration error recorded in this run (it stays until the run ends)."""
+        """The first configuration error recorded by this incarnation (it stays until the run ends)."""
         return self._configuration_error
+
+    def get_incarnation(self) -> str:
+        return self.incarnation
 
 
 def ledger_handle() -> ray.actor.ActorHandle:

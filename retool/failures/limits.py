@@ -9,10 +9,20 @@ A run stops:
    ``max_sustained_share`` (default 0.02): a chronic fault that no single step shows, e.g. a tool bug on 2% of the
    calls, which biases every GRPO group it touches and wastes that share of a 12-18 hour run.
 0 turns a share rule off. The settings live in ``trainer.v1.sampler.sampler_kwargs`` (configs/rl.yaml).
-A failed trajectory is a lost one (an exception: padded or evicted by verl) or a masked one (kept out of the loss
-because a tool call got no answer). The failed share = (lost + masked) / (delivered + lost), where delivered counts
-the trajectories of the sampled batch. In the async trainer modes a failure is counted in the step during which it
-happened, whichever step's prompt it belonged to.
+
+A failed trajectory is a lost one (an exception: padded by verl in sync mode, its group evicted in the async modes)
+or a masked one (kept out of the loss because a tool call got no answer). In the async modes verl throws a failed
+trajectory's whole group away, so its healthy siblings are lost to the step too: they count as ``discarded``.
+The failed share = (lost + masked + discarded) / (delivered + lost + discarded), where delivered counts the
+trajectories of the step's sampled batches (separate_async samples ``parameter_sync_step`` batches per step; they
+make one record). A failure is counted in the step during which it happened, whichever step's prompt it belonged to.
+
+While the async trainer waits for a batch it evicts and refills failed groups for as long as it takes, so a fault
+that fails most groups would keep it waiting for ever. Every group evicted adds its ``n`` trajectories to the
+step's failed ones, and a full batch is ``n`` per prompt, so once ``failed groups / (prompts + failed groups)`` passes
+``max_failed_share`` the step's share will pass it whatever comes next: the run stops then, without waiting for the
+batch (``Judge.waiting_verdict``). With the rule off, a step that has thrown away ``STALL_BATCHES`` times its prompts
+in failed groups without filling its batch stops the run all the same: it is not training.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from retool.failures.causes import ADVICE, CAUSES, SETTINGS_KEY
 
 DEFAULTS = {"max_failed_share": 0.05, "sustained_steps": 10, "max_sustained_share": 0.02}
 TRACEBACK_LINES = 40  # of the first traceback per cause, in the log and the stop message
+STALL_BATCHES = 10  # failed groups, in batches' worth of prompts, after which a step that cannot fill stops the run
 
 
 class FailureSettingError(ValueError):
@@ -61,10 +72,20 @@ class StepFailures:
 
     step: int
     partition: str
-    delivered: int
+    delivered: int = 0
     lost: dict[str, int] = field(default_factory=dict)
     masked: dict[str, int] = field(default_factory=dict)
     first: dict[str, dict[str, Any]] = field(default_factory=dict)
+    discarded: int = 0  # healthy trajectories thrown away with a failed group (async modes)
+    groups_failed: int = 0  # groups with a failed trajectory that left the buffer: evicted (async) or padded (sync)
+    unrecorded: int = 0  # failures a worker could not record in the ledger (counted, causes unknown)
+    ledger_restarted: bool = False  # the ledger restarted: failures recorded in it before were lost
+
+    def add(self, kind: str, cause: str, n: int = 1, event: Mapping[str, Any] | None = None) -> None:
+        counts = self.lost if kind == "lost" else self.masked
+        counts[cause] = counts.get(cause, 0) + n
+        if event is not None:
+            self.first.setdefault(cause, dict(event))
 
     @property
     def counts(self) -> dict[str, int]:
@@ -72,35 +93,48 @@ class StepFailures:
 
     @property
     def failed(self) -> int:
-        return sum(self.counts.values())
+        return sum(self.counts.values()) + self.discarded + self.unrecorded
 
     @property
     def expected(self) -> int:
-        return self.delivered + sum(self.lost.values())
+        return self.delivered + sum(self.lost.values()) + self.discarded + self.unrecorded
 
     @property
     def share(self) -> float:
-        return self.failed / self.expected if self.expected else 0.0
+        # a step stopped while it waits has masked samples not yet delivered: the share is at most all of it
+        return min(1.0, self.failed / self.expected) if self.expected else 0.0
 
     def metrics(self, prefix: str) -> dict[str, float]:
-        """``<prefix>/total/<cause>`` and ``<prefix>/share``. "total" makes verl's metric aggregator sum the counts
-        of the several batches of one step (separate_async samples parameter_sync_step batches per step)."""
+        """``<prefix>/total/<cause>``, ``<prefix>/total/discarded`` and ``<prefix>/share``, and the groups that
+        failed. "total" makes verl's metric aggregator sum what several batches of one step report."""
         values = {f"{prefix}/total/{cause}": float(n) for cause, n in self.counts.items()}
+        values[f"{prefix}/total/discarded"] = float(self.discarded)
         values[f"{prefix}/total/all"] = float(self.failed)
+        values[f"{prefix}/total/groups_failed"] = float(self.groups_failed)
         values[f"{prefix}/share"] = self.share
         return values
 
     def record(self) -> dict[str, Any]:
         """The line for logs/failures.jsonl."""
-        return {"step": self.step, "partition": self.partition, "counts": self.counts, "lost": sum(self.lost.values()),
-                "masked": sum(self.masked.values()), "expected": self.expected, "share": round(self.share, 6),
-                "tracebacks": {cause: event.get("traceback", "") for cause, event in self.first.items()}}
+        record = {"step": self.step, "partition": self.partition, "counts": self.counts,
+                  "lost": sum(self.lost.values()), "masked": sum(self.masked.values()), "discarded": self.discarded,
+                  "groups_failed": self.groups_failed, "expected": self.expected, "share": round(self.share, 6),
+                  "tracebacks": {cause: event.get("traceback", "") for cause, event in self.first.items()}}
+        if self.unrecorded:
+            record["unrecorded"] = self.unrecorded
+        if self.ledger_restarted:
+            record["ledger_restarted"] = True
+        return record
 
     def summary(self) -> str:
         """One line for the log, e.g. 'step 3 (train): 5 of 128 trajectories failed (3.9%): reward_error 5'."""
-        causes = ", ".join(f"{cause} {n}" for cause, n in self.counts.items() if n)
+        parts = [f"{cause} {n}" for cause, n in self.counts.items() if n]
+        if self.discarded:
+            parts.append(f"{self.discarded} healthy discarded with their group")
+        if self.unrecorded:
+            parts.append(f"{self.unrecorded} not recorded (cause unknown)")
         return (f"step {self.step} ({self.partition}): {self.failed} of {self.expected} trajectories failed "
-                f"({100 * self.share:.1f}%)" + (f": {causes}" if causes else ""))
+                f"({100 * self.share:.1f}%)" + (": " + ", ".join(parts) if parts else ""))
 
 
 class StopRun(RuntimeError):
@@ -154,16 +188,40 @@ class Judge:
                 return self._message(step, what, "max_sustained_share")
         return None
 
+    def waiting_verdict(self, step: StepFailures, prompts: int) -> str | None:
+        """The stop message while an async step waits for its batch of ``prompts`` groups and has thrown
+        ``step.groups_failed`` failed groups away (each with all its trajectories), or None."""
+        failed, limit = step.groups_failed, self.limits.max_failed_share
+        if prompts <= 0 or failed == 0:
+            return None
+        if limit and failed / (prompts + failed) > limit:
+            what = (f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory were "
+                    f"thrown away, so more than max_failed_share {limit:g} of the step's trajectories failed whatever "
+                    f"the rest of the batch brings ({step.failed} trajectories counted so far)")
+            return self._message(step, what, "max_failed_share")
+        if failed >= STALL_BATCHES * prompts:
+            what = (f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory "
+                    f"({STALL_BATCHES} batches' worth) were thrown away and no batch filled")
+            return self._message(step, what, None)
+        return None
+
     @staticmethod
-    def _message(step: StepFailures, what: str, key: str) -> str:
+    def _message(step: StepFailures, what: str, key: str | None) -> str:
         main = max(step.counts, key=lambda cause: step.counts[cause])
+        by_cause = [f"{c} {n}" for c, n in step.counts.items() if n]
+        if step.discarded:
+            by_cause.append(f"{step.discarded} healthy trajectories discarded with their failed group")
+        if step.unrecorded:
+            by_cause.append(f"{step.unrecorded} not recorded in the ledger (cause unknown)")
         lines = [f"The run was stopped at step {step.step} ({'validation' if step.partition == 'val' else 'training'})"
-                 f": {what}. By cause: " + ", ".join(f"{c} {n}" for c, n in step.counts.items() if n) + "."]
+                 f": {what}. By cause: " + (", ".join(by_cause) or "none recorded") + "."]
         if main in step.first:
             lines.append(example(step.first[main]))
         lines.append(f"What to do: {ADVICE[main]}.")
-        lines.append(f"The limit is {SETTINGS_KEY}.{key} (0 turns the rule off); a run folder with a checkpoint "
-                     "resumes from it with the same RUN_DIR.")
+        limit = (f"The limit is {SETTINGS_KEY}.{key} (0 turns the rule off)" if key else
+                 f"This stop has no setting: a step that throws away {STALL_BATCHES} batches' worth of groups is not "
+                 "training")
+        lines.append(limit + "; a run folder with a checkpoint resumes from it with the same RUN_DIR.")
         return "\n".join(lines)
 
 
@@ -199,7 +257,8 @@ def totals(records: list[dict[str, Any]]) -> dict[str, Any]:
         part = out.setdefault(record["partition"], {"steps": 0, "expected": 0, "failed": 0, "by_cause": {}})
         part["steps"] += 1
         part["expected"] += record["expected"]
-        for cause, n in record["counts"].items():
+        extra = {key: record[key] for key in ("discarded", "unrecorded") if record.get(key)}
+        for cause, n in {**record["counts"], **extra}.items():
             part["failed"] += n
             part["by_cause"][cause] = part["by_cause"].get(cause, 0) + n
     return out

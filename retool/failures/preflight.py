@@ -4,14 +4,16 @@
 
 scripts/launch.sh runs it on every RL launch (and resume), after the config is resolved. It checks:
 - the reward manager forwards the agent loop's ``num_turns`` to the reward (verl's ``naive`` and ``remote`` do;
-  ``dapo``, ``gdpo`` and ``rate_limited`` drop it, so every trajectory would raise MissingNumTurns);
+  ``dapo``, ``gdpo`` and ``rate_limited`` drop it, so every trajectory would raise MissingNumTurns); a custom one
+  (``source: importlib``) is built as verl builds it and tried on one synthetic trajectory
+  (retool.failures.reward_probe);
 - the failure accounting is in place: verl's v1 trainer, the recipe's sampler and agent-loop manager
   (retool.failures.sampler / .worker), valid limits, and none of the verl options a custom sampler leaves unwired
   (``algorithm.filter_groups``, ``trainer.v1.sampler.sync_refill_failed_groups``);
 - the tool config provides the tool the model is trained to call (``code_interpreter``);
 - every row of the training and validation files has a ground truth (``reward_model.ground_truth``).
-What cannot be known before the run (a custom reward manager, a reward that raises on some rows) is caught by the
-failure accounting at its first occurrence.
+What cannot be known before the run (a reward that raises on some rows) is caught by the failure accounting at its
+first occurrence.
 """
 
 from __future__ import annotations
@@ -39,8 +41,13 @@ def reward_manager_problems(config: dict[str, Any]) -> list[str]:
     manager = dig(config, "reward.reward_manager", {}) or {}
     source, name = manager.get("source", "register"), manager.get("name")
     fix = "set reward.reward_manager.name=naive (the recipe's default in configs/rl.yaml)"
+    if source == "importlib":
+        from retool.failures.reward_probe import custom_manager_problems  # imports verl: only for such configs
+
+        return custom_manager_problems(config)
     if source != "register":
-        return []  # a custom manager: the failure accounting stops the run at its first trajectory if it drops them
+        return [f"reward.reward_manager.source={source!r}: verl 0.9.1 knows 'register' and 'importlib'. Fix: "
+                "remove the override (the recipe's naive manager is registered)"]
     if name in DROP_NUM_TURNS:
         return [f"reward.reward_manager.name={name}: verl's {name} reward manager does not pass the agent loop's "
                 "num_turns to the reward, so the tool shaping and the turn metrics cannot be computed and every "

@@ -74,10 +74,15 @@ def build_report(logdir: Path, output: Path, published: dict[str, Any]) -> dict[
                      for p in plots for c in p.zero],
             "notes": [f"{p.title}: {n}" if p.title else n for p in plots for n in p.notes],
         })
+    import retool.report.band as band  # here, not at the top: `python -m retool.report.band` imports this package first
+
+    accuracy = run.rl.get(band.TAG)
+    reproduction = band.verdicts(accuracy.steps if accuracy else [], accuracy.values if accuracy else [],
+                                 sorted(run.rl)) if run.rl else []
     report = {"logdir": str(logdir), "rl_dir": run.rl_dir and str(run.rl_dir),
               "sft_dir": run.sft_dir and str(run.sft_dir), "ignored_dirs": [str(d) for d in run.ignored],
               "published": {"name": published["name"], "steps": published.get("steps")},
-              "panels": panels,
+              "reproduction": reproduction, "panels": panels,
               "not_logged": [{"name": s.name, "title": s.title, "tags": s.tags} for s in missing],
               "published_not_logged": [t for t in published["metrics"] if t not in published_seen],
               "all_tags": {"rl": sorted(run.rl), "sft": sorted(run.sft)}}
@@ -105,4 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     pngs = ", ".join(p["png"] for p in report["panels"]) or "none"
     print(f"wrote {args.output / 'report.md'} (PNGs: {pngs})")
+    for line in report["reproduction"]:
+        print(line)
     return 0

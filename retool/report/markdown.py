@@ -59,6 +59,10 @@ def render(report: dict[str, Any]) -> str:
                "markers; training series as lines. Where the published figures come from another model or N "
                "(the published result is mean@30 on Qwen3-4B; a smoke run is a tiny model with mean@4), compare "
                "the shape of the curves, not the level."), ""]
+    if report["reproduction"]:
+        lines += ["## Reproduction band", ""] + [f"- {line}" for line in report["reproduction"]]
+        lines += ["", "The band, how it is computed and what to check outside it: docs/reference.md, \"The "
+                  "reproduction band\".", ""]
     for panel in report["panels"]:
         lines += [f"## {panel['title']}", "", f"![{panel['name']}]({panel['png']})", "",
                   f"From {panel['tags']}.", ""]

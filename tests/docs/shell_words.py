@@ -22,6 +22,7 @@ class SimpleCommand:
     line: int  # 1-based line of its first word within the text it was read from
     env: tuple[tuple[str, str], ...]
     words: tuple[str, ...]
+    redirects: tuple[tuple[str, str], ...] = ()  # (operator, target): (">>", "runs/sandbox.log"), (">&", "1")
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def simple_commands(text: str) -> list[SimpleCommand]:
     """The simple commands of ``text`` in order; comment-only and empty lines give none."""
     commands: list[SimpleCommand] = []
     words: list[_Token] = []
-    skip_next = False  # the target word of a redirection
+    redirects: list[tuple[str, str]] = []
+    pending: str | None = None  # a redirection whose target word comes next
 
     def flush() -> None:
         env: list[tuple[str, str]] = []
@@ -134,16 +136,19 @@ def simple_commands(text: str) -> list[SimpleCommand]:
             name, _, value = rest.pop(0).partition("=")
             env.append((name, value))
         if env or rest:
-            commands.append(SimpleCommand(words[0].line, tuple(env), tuple(rest)))
+            line = words[0].line if words else 1
+            commands.append(SimpleCommand(line, tuple(env), tuple(rest), tuple(redirects)))
         words.clear()
+        redirects.clear()
 
     for token in _tokens(text):
         if token.kind == "op" and token.text in SEPARATORS:
             flush()
         elif token.kind == "op":
-            skip_next = True
-        elif skip_next:
-            skip_next = False
+            pending = token.text
+        elif pending is not None:
+            redirects.append((pending, token.text))
+            pending = None
         else:
             words.append(token)
     flush()

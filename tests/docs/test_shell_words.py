@@ -13,7 +13,7 @@ def test_continuations_comments_chains_and_environment_prefixes():
     assert simple_commands(text) == [
         SimpleCommand(2, (), ("git", "clone", "<this repo>", "retool")),
         SimpleCommand(2, (), ("cd", "retool")),
-        SimpleCommand(3, (("MODEL_PATH", "/m"), ("X", "a b")), ("./run_x.sh", "trainer.steps=130")),
+        SimpleCommand(3, (("MODEL_PATH", "/m"), ("X", "a b")), ("./run_x.sh", "trainer.steps=130"), ((">&", "1"),)),
         SimpleCommand(4, (), ("tee", "log.txt")),
         SimpleCommand(4, (), ("echo", "done")),
     ]
@@ -24,9 +24,19 @@ def test_quotes_hashes_inside_words_redirections_and_here_documents():
             'cat <<EOF > f.txt\nretool-eval --not-a-command\nEOF\n'
             'echo "a \\"b\\" $(date +%s)" < in.txt\n')
     assert simple_commands(text) == [
-        SimpleCommand(1, (), ("curl", "-d", '{"code": "print(1)  # not a comment"}', "url#frag")),
-        SimpleCommand(2, (), ("cat",)),
-        SimpleCommand(5, (), ("echo", 'a "b" $(date +%s)')),
+        SimpleCommand(1, (), ("curl", "-d", '{"code": "print(1)  # not a comment"}', "url#frag"),
+                      ((">", "out.json"),)),
+        SimpleCommand(2, (), ("cat",), (("<<", "EOF"), (">", "f.txt"))),
+        SimpleCommand(5, (), ("echo", 'a "b" $(date +%s)'), (("<", "in.txt"),)),
+    ]
+
+
+def test_redirections_are_kept_with_their_command():
+    text = "mkdir -p runs && nohup retool-sandbox serve >> runs/sandbox.log 2>&1 &\nls &> all.txt\n"
+    assert [(c.words, c.redirects) for c in simple_commands(text)] == [
+        (("mkdir", "-p", "runs"), ()),
+        (("nohup", "retool-sandbox", "serve"), ((">>", "runs/sandbox.log"), (">&", "1"))),
+        (("ls",), (("&>", "all.txt"),)),
     ]
 
 

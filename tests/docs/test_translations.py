@@ -1,6 +1,6 @@
 """Every English page with a Chinese version (README.zh-CN.md, docs/zh/<page>.md) shows the same command blocks and
-inline commands as it, in both directions (doc_translations.py); proved on the real pages and on copies of
-README.md with a block taken away or added."""
+inline commands as it, in both directions, and the same figures (doc_translations.py); proved on the real pages and
+on copies of README.md with a block taken away or added, or a figure changed."""
 
 from __future__ import annotations
 
@@ -78,3 +78,38 @@ def test_english_pages_without_a_chinese_version_are_not_paired(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "only.md").write_text("```bash\nmake test\n```\n")
     assert translation_problems(tmp_path, ["docs/only.md"], Project()) == ([], 0)
+
+
+def test_a_figure_changed_on_one_side_is_reported(tmp_path):
+    lines, _ = _chinese_copy(tmp_path)
+    english = (tmp_path / "README.md").read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if "0.57" in line)
+    lines[at] = lines[at].replace("0.57", "0.58", 1)
+    (tmp_path / "README.zh-CN.md").write_text("\n".join(lines))
+    problems, _ = translation_problems(tmp_path, ["README.md", "README.zh-CN.md"], Project())
+    assert ("README.zh-CN.md", at + 1, "0.58 is not in README.md") in problems
+    if sum("0.57" in line for line in english) == 1:  # the only 0.57 of the English page is gone from the copy
+        assert any(p.page == "README.md" and p.message == "0.57 is not in README.zh-CN.md" for p in problems)
+
+
+def test_figures_are_read_as_written_in_either_language(tmp_path):
+    (tmp_path / "docs" / "zh").mkdir(parents=True)
+    (tmp_path / "docs" / "a.md").write_text("About 2.1x faster on 1,791,700 rows; reward -0.4 "
+                                            "([link](https://example.com/v0.23.0)); took 45.3<!-- from x#y --> s.\n")
+    (tmp_path / "docs" / "zh" / "a.md").write_text("约快 2.1 倍，共 1791700 行；扣 0.4 分；耗时 45.3 秒。\n")
+    assert translation_problems(tmp_path, ["docs/a.md", "docs/zh/a.md"], Project()) == ([], 1)
+
+
+def test_a_summary_may_leave_figures_out_but_not_add_them(tmp_path, monkeypatch):
+    import doc_translations
+
+    (tmp_path / "docs" / "zh").mkdir(parents=True)
+    (tmp_path / "docs" / "b.md").write_text("Sampling SD 0.0165, band 0.49 to 0.65.\n")
+    (tmp_path / "docs" / "zh" / "b.md").write_text("区间 0.49 到 0.66。\n")
+    names = ["docs/b.md", "docs/zh/b.md"]
+    problems, _ = translation_problems(tmp_path, names, Project())
+    assert sorted(p.message for p in problems) == [
+        "0.0165 is not in docs/zh/b.md", "0.65 is not in docs/zh/b.md", "0.66 is not in docs/b.md"]
+    monkeypatch.setattr(doc_translations, "SUMMARIES", {"docs/b.md"})
+    problems, _ = translation_problems(tmp_path, names, Project())
+    assert [(p.page, p.message) for p in problems] == [("docs/zh/b.md", "0.66 is not in docs/b.md")]

@@ -14,6 +14,10 @@
    its per-step limit raised for this test, lets the run go on.
 3. The tool runs in session_mode per_trajectory through verl's own ToolAgentLoop (the recipe's subclass): the
    sandbox sees sessions and cells, and every session is closed when its trajectory ends.
+4. Both launches run as the CANN 样例 runs its scripts: from verl/recipe/retool of a verl checkout, next to verl's own
+   retool.py, reward.py, tool.py, with verl/ at its root (tests/helpers/verl_tree.py: stand-ins that record any
+   import and raise). No process of the run, its Ray workers included, imports them; the tool config is given
+   relative to that folder, and read from it by the workers.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from retool.failures.limits import read_records
 from retool.sandbox.client import SandboxClient
 from retool.sandbox.spawn import running_sandbox
 from ports import free_port
+from verl_tree import imported, verl_tree
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
@@ -85,7 +90,8 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     tool = yaml.safe_load((REPO_ROOT / "configs" / "tool_annotated.yaml").read_text())
     tool["tools"][0]["config"].update(session_mode="per_trajectory", reconnect_budget_s=2, retry_backoff_s=0.5)
-    (root / "tool.yaml").write_text(yaml.safe_dump(tool))
+    launch_dir = verl_tree(root / "verl") / "recipe" / "retool"  # the launches' working directory
+    (launch_dir / "retool_tool.yaml").write_text(yaml.safe_dump(tool))
     ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
     port, port_b = free_port(), free_port()
     env = {**os.environ, "DEVICE": "cpu", "PROFILE": "improved", "PYTHON": sys.executable, "RUN_DIR": str(root / "run"),
@@ -94,7 +100,7 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
     env.pop("DRY_RUN", None)
     overrides = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
                  "trainer.val_before_train=false", "trainer.test_freq=-1",
-                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={root / 'tool.yaml'}",
+                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=./retool_tool.yaml",  # from launch_dir
                  f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
                  # The outage masks every trajectory of step 4 that calls the tool (22 of 32 when measured;
                  # reconnect_budget_s=2 above gives up on purpose), which the default max_failed_share (0.05)
@@ -105,12 +111,14 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
                  # these 6 steps.
                  "trainer.v1.sampler.sampler_kwargs.max_failed_share=0"]
     return {"env": env, "overrides": overrides, "run_dir": root / "run", "port": port, "ray_dir": ray_dir,
+            "launch_dir": launch_dir, "tree": root / "verl",
             "smoke": smoke_run_dir, "port_b": port_b, "tb_resumed": root / "tb-resumed"}
 
 
 def start(setting: dict, log: Path, **env: str) -> subprocess.Popen:
     handle = open(log, "a")
-    return subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *setting["overrides"]], cwd=REPO_ROOT,
+    return subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *setting["overrides"]],
+                            cwd=setting["launch_dir"],
                             env={**setting["env"], **env}, stdout=handle, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -280,3 +288,12 @@ def test_per_trajectory_sessions_ran_through_the_agent_loop_and_were_closed(runs
     counters = after["counters"]
     # every session ended: closed by its trajectory's end, or (its interpreter crashed) by the server
     assert after["live"] == 0 and counters["closed"] + counters["died"] == counters["started"], after
+
+
+def test_nothing_was_imported_from_the_folder_the_run_was_launched_in(setting, runs):
+    """verl's retool.py there would hide the recipe's package from every Ray worker (Ray puts the driver's folder
+    first on their sys.path): a worker that imported it would have recorded it, and the run would have failed."""
+    assert runs["code"] == 0, runs["log"][-4000:]
+    assert imported(setting["tree"]) == []
+    saved = yaml.safe_load((setting["run_dir"] / "rl.resolved.yaml").read_text())
+    assert saved["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] == "./retool_tool.yaml"

@@ -123,6 +123,20 @@ async def test_a_tool_that_raises_is_counted_with_its_traceback_and_masked(token
     assert set(output.response_mask) == {0}
 
 
+async def test_a_tool_whose_create_raises_is_counted_too(tokenizer, server):
+    from retool.tool import CodeInterpreterTool
+
+    class BrokenCreate(CodeInterpreterTool):
+        async def create(self, *args, **kwargs):
+            raise RuntimeError("injected create bug")
+
+    base, _ = server
+    output = await run(make_loop(tokenizer, [make_tool(base + "/run_code", BrokenCreate)], TURNS))
+    fields = output.extra_fields
+    assert fields["tool_exception"] == 1 and fields["tool_calls"] == 1 and fields["trajectory_masked"] == 1
+    assert "injected create bug" in fields[PROBLEM_FIELD]
+
+
 async def test_masking_can_be_turned_off(tokenizer):
     loop = make_loop(tokenizer, [make_tool(closed_port_url())], TURNS)
     loop.mask_unanswered_tool_calls = False

@@ -77,7 +77,7 @@ def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_e
     # shows a real worker reading these values from the runtime env, test_node_check_cluster.py a second node's.
     # configs/device/npu.env's variables go too, with the launching shell's values where it sets them.
     env_vars = dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
-    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX,
+    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX, "PYTHONSAFEPATH": "1",
                         "HCCL_CONNECT_TIMEOUT": "3000", "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
                         "RAY_DEDUP_LOGS": "0"}
 

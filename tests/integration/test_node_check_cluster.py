@@ -9,6 +9,9 @@ variables of configs/device/cpu.env, as a `ray start` by hand or by a scheduler 
    that node's address, its URL, where the URL came from and the fix, while the head passes.
 2. With that sandbox up, every node passes: each ran a program on its own sandbox (each server's request counter)
    and each node's worker saw the launcher's device variables, through the job's runtime env.
+3. The run is resumed with the head's sandbox moved (a new RETOOL_SANDBOX_URL): the head's line says the resume
+   put the new URL in place of the saved one; the second node's own RETOOL_NODE_SANDBOX_URL still wins there, and
+   a warning names both URLs and what to change, for that node only.
 """
 
 from __future__ import annotations
@@ -139,3 +142,21 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
         assert passed[node].endswith("isolation bwrap; ran print(6*7); verl, torch and vLLM as on the launching "
                                      "host"), passed[node]
     assert node_requests == 1 and head_requests == 2  # each node ran its program on its own sandbox
+
+    # the second node's sandbox is down again, so this launch too stops before verl, after the check printed
+    with running_sandbox(slots=1) as moved:
+        resumed = subprocess.run(
+            [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+            env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
+                 "RETOOL_SANDBOX_URL": moved + "/run_code"})
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert (f"[resume] the workers take this launch's RETOOL_SANDBOX_URL: '{head_sandbox}/run_code' -> "
+            f"'{moved}/run_code'") in resumed.stderr
+    assert (f"sandbox {moved}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
+            f"saved config's {head_sandbox}/run_code): sandbox {moved}: isolation bwrap") in resumed.stderr
+    warnings = [line for line in resumed.stderr.splitlines() if line.startswith("WARNING: node")]
+    assert len(warnings) == 1, resumed.stderr[-3000:]  # the head calls the new sandbox: no warning there
+    assert warnings[0].startswith(
+        f"WARNING: node {SECOND_NODE}: this resume moved the sandbox to {moved}/run_code (RETOOL_SANDBOX_URL="
+        f"{moved}/run_code; the run before it had RETOOL_SANDBOX_URL={head_sandbox}/run_code), but this node's own "
+        f"RETOOL_NODE_SANDBOX_URL={node_url} overrides it: its workers call {node_url}"), warnings[0]

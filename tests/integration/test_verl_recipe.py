@@ -1,10 +1,13 @@
 """``retool-verl-recipe install``: the reference's habit (run the launchers from ``verl/recipe/retool``) works. The
 written launcher, run from there with DRY_RUN=1, resolves the full verl config through this checkout, with the
-arguments and the environment passed on."""
+arguments and the environment passed on. The verl tree is laid out like the CANN 样例's (tests/helpers/verl_tree.py):
+verl's own retool.py, reward.py, tool.py in recipe/retool and the verl/ package at its root, as stand-ins that fail
+loudly and leave a record when imported; nothing the launch runs may import them."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,38 +15,60 @@ from pathlib import Path
 import pytest
 import yaml
 
+from retool.launch_path import HOOK
 from retool.verl_recipe import MARKER, README, RecipeInstallError, checkout, install, main
+from verl_tree import imported, verl_tree
 
 pytestmark = pytest.mark.verl
 
 REPO = Path(__file__).resolve().parents[2]
+LAUNCHERS = ("run_qwen3_4b_dapo_npu.sh", "run_qwen3_4b_sft_npu.sh")
 
 
 @pytest.fixture
 def verl_checkout(tmp_path: Path) -> Path:
-    """A folder laid out like a verl clone: the verl/ package and recipe/ (the verl-recipe submodule)."""
-    root = tmp_path / "verl"
-    (root / "verl").mkdir(parents=True)
-    (root / "verl" / "__init__.py").write_text("")
+    """A folder laid out like the 样例's verl clone: the verl/ package and recipe/ (the verl-recipe submodule)."""
+    root = verl_tree(tmp_path / "verl")
     (root / "recipe" / "dapo").mkdir(parents=True)
     return root
 
 
-def test_the_launcher_in_recipe_retool_resolves_the_config(verl_checkout: Path, capsys) -> None:
+def dry_run(launcher: str, cwd: Path, *overrides: str, **env: str) -> dict:
+    """``bash <launcher>`` run from ``cwd`` with DRY_RUN=1, as a user runs it there; its resolved config."""
+    scripts = str(Path(sys.executable).parent)  # where retool-verl-recipe is installed
+    full = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": f"{scripts}:{os.environ['PATH']}", **env}
+    proc = subprocess.run(["bash", launcher, *overrides], cwd=cwd, env=full, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return yaml.safe_load(proc.stdout)
+
+
+def assert_launch_settings(config: dict, launcher: str) -> None:
+    """What the launch needs to stay clear of its folder: Ray workers get the hook (retool/launch_path.py)."""
+    if "dapo" in launcher:
+        runtime_env = config["ray_kwargs"]["ray_init"]["runtime_env"]
+        assert runtime_env["worker_process_setup_hook"] == HOOK
+        assert runtime_env["env_vars"]["PYTHONSAFEPATH"] == "1"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_launcher_in_recipe_retool_resolves_the_config(verl_checkout: Path, launcher: str, capsys) -> None:
     assert main(["install", str(verl_checkout)]) == 0
     recipe = verl_checkout / "recipe" / "retool"
-    assert f"wrote {recipe / 'run_qwen3_4b_dapo_npu.sh'}" in capsys.readouterr().out
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/ckpt/sft-merged",
-           "DATA_DIR": "/data/rt", "PROFILE": "reference"}
-    proc = subprocess.run(["bash", "run_qwen3_4b_dapo_npu.sh", "trainer.total_training_steps=7"], cwd=recipe, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = yaml.safe_load(proc.stdout)
+    assert f"wrote {recipe / launcher}" in capsys.readouterr().out
+    config = dry_run(launcher, recipe, "trainer.total_training_steps=7", MODEL_PATH="/ckpt/sft-merged",
+                     DATA_DIR="/data/rt", PROFILE="reference")
     assert config["trainer"]["device"] == "npu" and config["trainer"]["n_gpus_per_node"] == 16
     assert config["trainer"]["total_training_steps"] == 7  # the argument reached verl
-    assert config["actor_rollout_ref"]["model"]["path"] == "/ckpt/sft-merged"  # and the environment
-    assert config["data"]["train_files"] == "/data/rt/dapo_math_17k.parquet"
-    assert str(REPO / "run_qwen3_4b_dapo_npu.sh") in (recipe / "run_qwen3_4b_dapo_npu.sh").read_text()
+    if "dapo" in launcher:
+        assert config["actor_rollout_ref"]["model"]["path"] == "/ckpt/sft-merged"  # and the environment
+        assert config["data"]["train_files"] == "/data/rt/dapo_math_17k.parquet"
+    else:
+        assert config["model"]["path"] == "/ckpt/sft-merged"
+        assert config["data"]["train_files"] == "/data/rt/retool_sft.parquet"
+    assert_launch_settings(config, launcher)
+    assert imported(verl_checkout) == []  # verl's retool.py beside the launcher was never imported
+    assert str(REPO / launcher) in (recipe / launcher).read_text()
     assert str(REPO) in (recipe / README).read_text()
 
 
@@ -63,7 +88,6 @@ def test_it_refuses_a_folder_that_is_not_verl_and_files_it_did_not_write(verl_ch
     with pytest.raises(RecipeInstallError, match="does not look like a verl checkout"):
         install(tmp_path / "elsewhere")
     theirs = verl_checkout / "recipe" / "retool" / "run_qwen3_4b_sft_npu.sh"
-    theirs.parent.mkdir(parents=True)
     theirs.write_text("#!/bin/bash\n# the reference's own launcher\n")
     with pytest.raises(RecipeInstallError, match="not written by retool-verl-recipe.*--force"):
         install(verl_checkout)
@@ -72,28 +96,32 @@ def test_it_refuses_a_folder_that_is_not_verl_and_files_it_did_not_write(verl_ch
     assert MARKER in theirs.read_text()
 
 
-def test_a_launcher_copied_by_hand_runs_with_the_installed_recipe(verl_checkout: Path) -> None:
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_launcher_copied_by_hand_runs_with_the_installed_recipe(verl_checkout: Path, launcher: str) -> None:
     """The CANN 样例's habit taken literally: copy the launcher into verl/recipe/retool and run it there. It finds
-    the installed recipe's checkout (retool-verl-recipe checkout) and resolves the run's config through it."""
+    the installed recipe's checkout (retool-verl-recipe checkout) and resolves the run's config through it; paths
+    given relative to that folder stay relative to it (every process keeps it as its working directory)."""
     recipe = verl_checkout / "recipe" / "retool"
-    recipe.mkdir(parents=True)
-    copied = recipe / "run_qwen3_4b_sft_npu.sh"
-    copied.write_text((REPO / copied.name).read_text())
-    scripts = str(Path(sys.executable).parent)  # where retool-verl-recipe is installed
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": f"{scripts}:{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", copied.name, "trainer.total_epochs=2"], cwd=recipe, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = yaml.safe_load(proc.stdout)
+    shutil.copy(REPO / launcher, recipe / launcher)
+    config = dry_run(launcher, recipe, "trainer.total_epochs=2", MODEL_PATH="./m", RUN_DIR="runs/x")
     assert config["trainer"]["total_epochs"] == 2
-    assert config["model"]["path"] == str(REPO / "models" / "Qwen3-4B-Instruct-2507")  # the checkout's folders
-    assert config["data"]["train_files"] == str(REPO / "data" / "reference" / "retool_sft.parquet")
+    model = config["actor_rollout_ref"]["model"]["path"] if "dapo" in launcher else config["model"]["path"]
+    assert model == "./m"
+    data = "dapo_math_17k" if "dapo" in launcher else "retool_sft"
+    assert config["data"]["train_files"] == str(REPO / "data" / "reference" / f"{data}.parquet")  # the checkout's
+    if "dapo" in launcher:
+        tensorboard = config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["TENSORBOARD_DIR"]
+        assert tensorboard == str(recipe / "runs" / "x" / "tensorboard" / "rl")  # RUN_DIR from the launch folder
+    assert_launch_settings(config, launcher)
+    # From the checkout's root too, where verl/ (the stand-in) would hide the installed verl.
+    assert dry_run(f"recipe/retool/{launcher}", verl_checkout, MODEL_PATH="/m")["trainer"]["device"] == "npu"
+    assert imported(verl_checkout) == []
 
     # No installed recipe on PATH: it stops at that line, with the fix, before anything else runs.
-    bare = {**env, "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(["bash", copied.name], cwd=recipe, env=bare, capture_output=True, text=True, timeout=60)
+    bare = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["bash", launcher], cwd=recipe, env=bare, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: {copied.name} is outside the ReTool checkout and no installed recipe is "
+    assert proc.stderr.strip() == (f"error: {launcher} is outside the ReTool checkout and no installed recipe is "
                                    "found: bash scripts/install_npu.sh in the checkout")
 
 

@@ -81,6 +81,28 @@ def test_a_step_counts_lost_and_masked_trajectories_against_what_it_expected():
     assert StepFailures(1, "train", 0).share == 0.0
 
 
+def test_an_async_step_counts_the_siblings_thrown_away_with_a_failed_group():
+    # 8 groups of 4 delivered; one group evicted: 1 sample raised in the reward, its 3 healthy siblings discarded
+    step = StepFailures(step=2, partition="train", delivered=32, lost={"reward_error": 1}, discarded=3,
+                        groups_failed=1)
+    assert step.failed == 4 and step.expected == 36 and step.share == pytest.approx(4 / 36)
+    metrics = step.metrics("failures")
+    assert metrics["failures/total/discarded"] == 3 and metrics["failures/total/groups_failed"] == 1
+    assert metrics["failures/total/all"] == 4
+    assert "3 healthy discarded with their group" in step.summary()
+    record = step.record()
+    assert record["discarded"] == 3 and record["groups_failed"] == 1 and "ledger_restarted" not in record
+    assert totals([record])["train"]["failed"] == 4 and totals([record])["train"]["by_cause"]["discarded"] == 3
+
+
+def test_failures_the_ledger_lost_are_still_in_the_record():
+    step = StepFailures(step=5, partition="train", delivered=32, unrecorded=2, ledger_restarted=True)
+    assert step.failed == 2 and step.expected == 34
+    record = step.record()
+    assert record["unrecorded"] == 2 and record["ledger_restarted"] is True
+    assert "2 not recorded (cause unknown)" in step.summary()
+
+
 # ---------------------------------------------------------------------------------------------- the rules
 def test_limits_are_validated_with_the_key_named():
     assert Limits.from_settings({}) == Limits(0.05, 10, 0.02)
@@ -122,6 +144,32 @@ def test_chronic_failures_stop_once_the_window_is_full():
     assert "9 of 300 trajectories of the last 3 steps failed (3.0%), more than max_sustained_share 0.02" in message
     healthy = Judge(Limits(sustained_steps=3))
     assert all(healthy.verdict(failing(step, 1)) is None for step in range(1, 10))  # 1% stays under 2%
+
+
+def test_an_async_step_that_cannot_fill_stops_while_it_waits():
+    judge = Judge(Limits(max_failed_share=0.05))
+    waiting = failing(4, 0, expected=0)
+    waiting.lost, waiting.groups_failed = {"reward_error": 4}, 0
+    assert judge.waiting_verdict(waiting, prompts=64) is None  # nothing evicted yet
+    waiting.groups_failed = 3  # 3 / (64 + 3) = 4.5%: the step may still end under 5%
+    assert judge.waiting_verdict(waiting, prompts=64) is None
+    waiting.groups_failed = 4  # 4 / 68 = 5.9%: over the limit whatever the rest brings
+    message = judge.waiting_verdict(waiting, prompts=64)
+    assert message.startswith("The run was stopped at step 4 (training): while waiting for its batch of 64 groups, "
+                              "4 groups with a failed trajectory were thrown away")
+    assert causes.ADVICE["reward_error"] in message and "max_failed_share (0 turns the rule off)" in message
+    assert not judge.recent  # a step that has not ended is not in the sustained window
+
+
+def test_with_the_share_rule_off_a_step_that_throws_away_ten_batches_still_stops():
+    judge = Judge(Limits(max_failed_share=0, max_sustained_share=0))
+    waiting = failing(1, 0, expected=0)
+    waiting.groups_failed = 10 * 8 - 1
+    assert judge.waiting_verdict(waiting, prompts=8) is None
+    waiting.groups_failed += 1
+    message = judge.waiting_verdict(waiting, prompts=8)
+    assert "80 groups with a failed trajectory (10 batches' worth) were thrown away" in message
+    assert "This stop has no setting" in message
 
 
 def test_the_configuration_stop_names_the_error_and_the_fix():

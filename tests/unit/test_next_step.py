@@ -7,11 +7,14 @@ import yaml
 from retool.next_step import main
 
 
-def run_folder(tmp_path, stage: str, step: int | None):
+def run_folder(tmp_path, stage: str, step: int | None, tensor_parallel: int | None = None):
     run_dir = tmp_path / stage
     checkpoints = run_dir / "checkpoints" / stage
     checkpoints.mkdir(parents=True)
-    (run_dir / f"{stage}.resolved.yaml").write_text(yaml.safe_dump({"trainer": {"default_local_dir": str(checkpoints)}}))
+    config = {"trainer": {"default_local_dir": str(checkpoints)}}
+    if tensor_parallel is not None:
+        config["actor_rollout_ref"] = {"rollout": {"tensor_model_parallel_size": tensor_parallel}}
+    (run_dir / f"{stage}.resolved.yaml").write_text(yaml.safe_dump(config))
     if step is not None:
         (checkpoints / f"global_step_{step}").mkdir()
         (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))
@@ -31,12 +34,22 @@ def test_after_sft_the_rl_command_names_the_last_checkpoint(tmp_path, capsys, mo
 
 def test_after_rl_report_merge_and_eval(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("PROFILE", raising=False)
-    run_dir = run_folder(tmp_path, "rl", 130)
+    monkeypatch.delenv("DEVICE", raising=False)
+    run_dir = run_folder(tmp_path, "rl", 130, tensor_parallel=4)
     assert main(["rl", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'}" in out
     assert f"--local_dir {run_dir / 'checkpoints' / 'rl' / 'global_step_130' / 'actor'}" in out
-    assert "retool-eval" in out and "--profile reference" in out
+    evaluation = next(line for line in out.splitlines() if line.startswith("retool-eval "))
+    assert "--profile reference" in evaluation
+    # vLLM laid out as the run's validation: the NPU launch's device and the rollout's tensor parallelism
+    assert evaluation.endswith(f"--output {run_dir / 'eval'} --device npu --tensor-parallel-size 4")
+
+
+def test_the_eval_command_follows_the_device_and_the_rollout_of_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DEVICE", "cuda")
+    assert main(["rl", str(run_folder(tmp_path, "rl", 20, tensor_parallel=2))]) == 0
+    assert "--device cuda --tensor-parallel-size 2" in capsys.readouterr().out
 
 
 def test_no_checkpoint_and_no_run_folder(tmp_path, capsys):

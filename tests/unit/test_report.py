@@ -391,3 +391,25 @@ def test_off_policy_panel_tables_the_staleness_of_an_async_run(report: tuple[dic
     assert rows["training/off_policy/trajectory_staleness_worst/max"]["last"] == 1.0
     assert rows["training/off_policy/trajectory_spans/max"]["start"] == 1.0
     assert max(r["last"] for r in rows.values()) <= 1.0 and "training/off_policy/trajectory_staleness/mean" in rows
+
+
+def test_the_report_says_whether_the_run_is_inside_the_reproduction_band(report: tuple[dict, Path], tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    content, out = report
+    # The smoke-shaped run validates mean@4: the band cannot judge it, and says so.
+    assert content["reproduction"] == ["The reproduction band needs `val-core/aime_2025/acc/mean@30`: this run "
+                                       "validated AIME 2025 as `val-core/aime_2025/acc/mean@4`, not mean@30."]
+    assert "## Reproduction band\n\n- The reproduction band needs" in (out / "report.md").read_text()
+    # A reference-shaped run: validated at step 0 and every 10 steps to 130.
+    steps = list(range(0, 131, 10))
+    write_events(tmp_path / "tb" / "rl", {
+        "val-core/aime_2025/acc/mean@30": [(s, 0.29 + 0.3 * s / 130) for s in steps],
+        "critic/rewards/mean": [(s, 0.1) for s in steps[1:]]})
+    assert main(["--logdir", str(tmp_path / "tb"), "--output", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    inside = "Step 0: AIME 2025 mean@30 0.290, inside the reproduction band 0.21-0.37 around the published 0.29."
+    end = "Step 130: AIME 2025 mean@30 0.590, inside the reproduction band 0.49-0.65 around the published 0.57."
+    assert [inside, end] == printed.splitlines()[1:]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"- {inside}\n- {end}\n" in md
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["reproduction"] == [inside, end]

@@ -102,16 +102,21 @@ def cluster():
         shutil.rmtree(temp_dir, ignore_errors=True)  # its sessions' logs and sockets
 
 
+def launch_two_nodes(env: dict, rl_inputs: dict, run_dir: Path, sandbox: str) -> subprocess.CompletedProcess:
+    """The RL launcher on the head of the two-node cluster, with ``sandbox`` as the launch's RETOOL_SANDBOX_URL."""
+    return subprocess.run(
+        [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
+             "RETOOL_SANDBOX_URL": sandbox + "/run_code"})
+
+
 def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_it_has_one(cluster, rl_inputs,
                                                                                            tmp_path):
     env, node_sandbox_port = cluster
     node_url = f"http://127.0.0.1:{node_sandbox_port}/run_code"
     run_dir = tmp_path / "run"
     with running_sandbox(slots=1) as head_sandbox:
-        launch = subprocess.run(
-            [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-            env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
-                 "RETOOL_SANDBOX_URL": head_sandbox + "/run_code"})
+        launch = launch_two_nodes(env, rl_inputs, run_dir, head_sandbox)
         assert launch.returncode == 1, launch.stderr[-3000:]
         assert f"error: node {SECOND_NODE} failed its check before step 1" in launch.stderr
         assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in launch.stderr
@@ -145,10 +150,7 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
 
     # the second node's sandbox is down again, so this launch too stops before verl, after the check printed
     with running_sandbox(slots=1) as moved:
-        resumed = subprocess.run(
-            [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-            env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
-                 "RETOOL_SANDBOX_URL": moved + "/run_code"})
+        resumed = launch_two_nodes(env, rl_inputs, run_dir, moved)
     assert resumed.returncode == 1, resumed.stderr[-3000:]
     assert (f"[resume] the workers take this launch's RETOOL_SANDBOX_URL: '{head_sandbox}/run_code' -> "
             f"'{moved}/run_code'") in resumed.stderr

@@ -47,6 +47,16 @@ def run_in_tree(tree: Path, code: str, **env: str) -> subprocess.CompletedProces
                           text=True, timeout=300)
 
 
+def run_in_both(trees: dict[str, Path], code: str) -> tuple[str, str]:
+    """``code``'s output from the pristine and the patched tree; each must run to its end."""
+    outputs = []
+    for name in ("pristine", "patched"):
+        done = run_in_tree(trees[name], code)
+        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
+        outputs.append(done.stdout)
+    return outputs[0], outputs[1]
+
+
 def test_every_patch_has_a_why_header():
     patches = verl_install.patch_files()
     assert [p.name[:4] for p in patches] == [f"{i:04d}" for i in range(1, len(patches) + 1)]
@@ -195,9 +205,30 @@ def test_0005_separate_async_sets_up_without_hybrid_replicas_only_with_the_patch
             except TypeError as exc:
                 print("failed", exc)
     """
-    pristine = run_in_tree(trees["pristine"], code)
-    assert pristine.returncode == 0, pristine.stderr[-2000:]
-    assert "failed Logger._log() got an unexpected keyword argument 'flush'" in pristine.stdout, pristine.stdout
-    patched = run_in_tree(trees["patched"], code)
-    assert patched.returncode == 0, patched.stderr[-2000:]
-    assert "setup trainer" in patched.stdout, patched.stdout
+    pristine, patched = run_in_both(trees, code)
+    assert "failed Logger._log() got an unexpected keyword argument 'flush'" in pristine, pristine
+    assert "setup trainer" in patched, patched
+
+
+def test_0006_fsdp2_save_to_cpu_keeps_the_weights_of_the_moment_only_with_the_patch(trees):
+    """Decoupled PPO keeps pi_old with fsdp2_sharded_save_to_cpu and restores it after an update: on a CPU device the
+    unpatched save aliases the live parameters, so an in-place update reaches the "saved" copy too."""
+    code = f"""
+        import torch, torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from verl.utils.fsdp_utils import fsdp2_sharded_save_to_cpu
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        fully_shard(model)
+        saved, _ = fsdp2_sharded_save_to_cpu(model)
+        before = {{name: tensor.clone() for name, (tensor, _) in saved.items()}}
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(1.0)  # what an optimizer step does to the live weights
+        kept = all(torch.equal(saved[name][0], before[name]) for name in before)
+        print("kept", kept)
+        dist.destroy_process_group()
+    """
+    pristine, patched = run_in_both(trees, code)
+    assert "kept False" in pristine, pristine
+    assert "kept True" in patched, patched

@@ -45,6 +45,8 @@ def test_only_keys_that_say_where_things_run_may_differ(tmp_path):
     moved = rl_config(tmp_path, val_before_train=False)
     moved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"].update(
         RETOOL_SANDBOX_URL="http://b:2/run_code", TENSORBOARD_DIR="/shared/tb", HCCL_CONNECT_TIMEOUT="3000")
+    # a run launched before the launcher set the workers' import-path hook resumes under a launcher that sets it
+    moved["ray_kwargs"]["ray_init"]["runtime_env"]["worker_process_setup_hook"] = "retool.launch_path.undo_driver_paths"
     assert config_differences(saved, moved) == []
     other = rl_config(tmp_path, save_freq=5)
     other["actor_rollout_ref"]["actor"]["optim"]["lr"] = 2e-6

@@ -1,6 +1,8 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
 # make test    every test, the end-to-end smoke included; installs what is missing first
 # make test-shakedown   SHAKEDOWN=1 ./run_smoke_cpu.sh end to end and its checklist (~15 min; not in make test)
+# make test-faults      failure accounting in both async trainer modes, mass faults included (~20 min; make test runs
+#                       the separate_async fault run only)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
 # make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, the off-by-one diagnostic,
@@ -14,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast test-shakedown bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
+.PHONY: setup smoke test test-fast test-shakedown test-faults bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -34,6 +36,9 @@ test-fast: setup
 
 test-shakedown: setup
 	$(PY) -m pytest -m shakedown tests/e2e/test_shakedown_run.py
+
+test-faults: setup
+	$(PY) -m pytest -m "not shakedown" tests/e2e/test_failure_accounting.py
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md

@@ -120,12 +120,14 @@ def colocate_run(smoke_run_dir, tmp_path_factory) -> dict:
     return faulty(smoke_run_dir, tmp_path_factory, "colocate_async")
 
 
-@pytest.fixture(params=["separate_run", "colocate_run"])
+# make test runs the separate_async runs (its weight-sync check too); make test-faults adds the rest (async_faults)
+@pytest.fixture(params=["separate_run", pytest.param("colocate_run", marks=pytest.mark.async_faults)])
 def faulty_run(request) -> dict:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope="module", params=["separate_async", "colocate_async"])
+@pytest.fixture(scope="module", params=[pytest.param(mode, marks=pytest.mark.async_faults)
+                                        for mode in ("separate_async", "colocate_async")])
 def failing_run(request, smoke_run_dir, tmp_path_factory) -> dict:
     """The reward raising on every trajectory: no batch can ever fill."""
     mode = request.param
@@ -195,6 +197,7 @@ def test_one_judged_record_per_training_step(faulty_run):
     assert set(faulty_run["by_step"]["failures/total/groups_failed"]) >= {1, 2}
 
 
+@pytest.mark.async_faults
 def test_the_colocate_async_run_trained_end_to_end(colocate_run):
     config = colocate_run["config"]
     assert config["trainer"]["v1"]["trainer_mode"] == "colocate_async"

@@ -33,12 +33,13 @@ from typing import Any
 import yaml
 
 # The Ray workers' environment: where the sandbox listens, where TensorBoard goes, the device variables.
-WORKER_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
+RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env"
+WORKER_ENV = RUNTIME_ENV + ".env_vars"
 # Keys that may differ between the crashed run and its resume: the workers' environment (and the hook that cleans
 # their import path, which runs launched before it existed lack), and what resuming sets.
 RESUME_FREE = (
     WORKER_ENV + ".",
-    "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
+    RUNTIME_ENV + ".worker_process_setup_hook",
     "trainer.resume_mode",
     "trainer.val_before_train",
 )

@@ -172,12 +172,9 @@ def test_0004_training_batches_log_their_reward_fields_only_with_the_patch(trees
             metrics = PPOTrainer._reward_extra_metrics(trainer, None, np.array([True, True, False]))
             print("metrics", sorted(metrics.items()))
     """
-    pristine = run_in_tree(trees["pristine"], code)
-    assert pristine.returncode == 0, pristine.stderr[-2000:]
-    assert "helper False" in pristine.stdout
-    patched = run_in_tree(trees["patched"], code)
-    assert patched.returncode == 0, patched.stderr[-2000:]
-    assert "metrics [('train-reward/acc/mean', 0.5), ('train-reward/tool_calls/mean', 1.0)]" in patched.stdout
+    pristine, patched = run_in_both(trees, code)
+    assert "helper False" in pristine
+    assert "metrics [('train-reward/acc/mean', 0.5), ('train-reward/tool_calls/mean', 1.0)]" in patched
 
 
 def test_0005_separate_async_sets_up_without_hybrid_replicas_only_with_the_patch(trees):

@@ -1,5 +1,7 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
-# make test    every test, the end-to-end smoke included; installs what is missing first
+# make test    every test, the end-to-end smoke included; installs what is missing first. Two phases: every test but
+#              tests/e2e on TEST_WORKERS pytest processes (default 2; a whole file per process), then tests/e2e alone,
+#              whose runs use every core. TEST_REPORTS=<dir> writes each phase's JUnit report there
 # make test-shakedown   SHAKEDOWN=1 ./run_smoke_cpu.sh end to end and its checklist (~15 min; not in make test)
 # make test-faults      failure accounting in both async trainer modes, mass faults included (~33 min with its smoke
 #                       run, AVX2-emulated; make test runs the separate_async fault run only)
@@ -28,8 +30,13 @@ $(STAMP): $(SETUP_INPUTS)
 smoke: setup
 	./run_smoke_cpu.sh
 
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	@status=0; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/e2e \
+	  $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/parallel.xml) || status=$$?; \
+	$(PY) -m pytest tests/e2e $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/e2e.xml) || status=$$?; \
+	exit $$status
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow"

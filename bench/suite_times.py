@@ -1,8 +1,8 @@
-"""What each part of the test suite costs on this host, from a JUnit XML report of a `make test` run.
+"""What each part of the test suite costs on this host, from the JUnit XML reports of a `make test` run.
 
-    PYTEST_ADDOPTS="--junitxml=/tmp/suite.xml" make test
-    python bench/suite_times.py /tmp/suite.xml --label "native bf16" [--make-wall-s 2400] [--commit abc1234] \
-        --output docs/performance.md
+    make test TEST_REPORTS=/tmp/suite      # one report per phase: parallel.xml, e2e.xml
+    python bench/suite_times.py /tmp/suite/parallel.xml /tmp/suite/e2e.xml --label "native bf16" \
+        [--make-wall-s 2400] [--commit abc1234] --output docs/performance.md
 
 Writes the section ``test-suite-<label>`` of docs/performance.md: per folder of tests/ the number of tests, their
 outcomes and their summed time, the slowest tests, and the host the report came from (this machine's CPU and the
@@ -40,7 +40,12 @@ def read_cases(path: Path) -> tuple[list[dict], dict]:
     return cases, dict(suite.attrib)
 
 
-def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None, commit: str | None = None) -> str:
+def render(reports: list[tuple[Path, list[dict], dict]], label: str, make_wall_s: float | None,
+           commit: str | None = None) -> str:
+    """The section: per part the summed test time (a phase on several workers sums to more than its wall time),
+    per phase (report) its wall time."""
+    cases = [case for _, report_cases, _ in reports for case in report_cases]
+    suite = reports[0][2]
     host = host_report()
     limits = ", ".join(f"{k}={v}" for k, v in host["isa_limits"].items())
     when = (suite.get("timestamp") or datetime.datetime.now().isoformat())[:10]
@@ -50,7 +55,10 @@ def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None
         part["tests"] += 1
         part["seconds"] += case["seconds"]
         part["outcomes"][case["outcome"]] += 1
-    pytest_s = float(suite.get("time") or sum(c["seconds"] for c in cases))
+    walls = [(path.stem, float(attrs.get("time") or sum(c["seconds"] for c in report_cases)))
+             for path, report_cases, attrs in reports]
+    pytest_s = sum(wall for _, wall in walls)
+    summed_s = sum(c["seconds"] for c in cases) or 1.0
     lines = [f"### Test suite: {label}", "",
              f"Measured {when} by `make test` at commit {commit or '(not recorded)'} (pytest's JUnit report, "
              f"`bench/suite_times.py`) on {host['cpu_model']}, "
@@ -59,8 +67,10 @@ def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None
     for name, part in sorted(parts.items(), key=lambda kv: -kv[1]["seconds"]):
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
         lines.append(f"| `{name}` | {part['tests']} | {outcomes} | {part['seconds']:.0f} | "
-                     f"{part['seconds'] / pytest_s:.0%} |")
+                     f"{part['seconds'] / summed_s:.0%} |")
     total = f"pytest {pytest_s:.0f} s ({pytest_s / 60:.1f} min)"
+    if len(walls) > 1:
+        total += " (" + ", ".join(f"{name} {wall:.0f} s" for name, wall in walls) + ")"
     if make_wall_s:
         total += f"; the whole `make test`, setup included, {make_wall_s:.0f} s ({make_wall_s / 60:.1f} min)"
     lines += ["", f"Total: {total}. Slowest tests:", ""]
@@ -71,7 +81,7 @@ def render(cases: list[dict], suite: dict, label: str, make_wall_s: float | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("junit", type=Path, help="pytest --junitxml report")
+    parser.add_argument("junit", type=Path, nargs="+", help="pytest --junitxml reports, one per phase of the run")
     parser.add_argument("--label", required=True, help='how this host and setting are named, e.g. "native bf16"')
     parser.add_argument("--make-wall-s", type=float, default=None, help="wall time of the whole make test, if timed")
     parser.add_argument("--commit", default=None, help="the commit the suite ran on (default: that of the checkout "
@@ -79,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "performance.md")
     args = parser.parse_args(argv)
     try:
-        cases, suite = read_cases(args.junit)
+        reports = [(path, *read_cases(path)) for path in args.junit]
     except (OSError, ET.ParseError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    section = render(cases, suite, args.label, args.make_wall_s, args.commit or checkout_commit())
+    section = render(reports, args.label, args.make_wall_s, args.commit or checkout_commit())
     replace_section(args.output, f"test-suite-{slug(args.label)}", section)
     print(section)
     return 0

@@ -229,3 +229,48 @@ def test_0006_fsdp2_save_to_cpu_keeps_the_weights_of_the_moment_only_with_the_pa
     pristine, patched = run_in_both(trees, code)
     assert "kept False" in pristine, pristine
     assert "kept True" in patched, patched
+
+
+def test_0007_validation_metrics_are_the_loop_s_numbers_with_few_loop_calls(trees):
+    """The same metrics, value for value, on fields shaped like the recipe's reward returns (floats, bools, ints,
+    votes with ties) and on the ones that must keep the loop (NaN, None, text); the patched run calls the per-draw
+    loop only for those."""
+    code = """
+        import random
+        import verl.trainer.ppo.metric_utils as mu
+        calls = []
+        loop = mu.bootstrap_metric
+        mu.bootstrap_metric = lambda *args, **kwargs: calls.append(1) or loop(*args, **kwargs)
+        rng = random.Random(7)
+        sources, uids = [], []
+        infos = {"pred": [], "acc": [], "score": [], "used_tool": [], "num_turns": [], "with_nan": [], "label": []}
+        for source, prompts, n in (("synthetic", 12, 4), ("aime", 3, 30)):
+            for prompt in range(prompts):
+                for _ in range(n):
+                    sources.append(source)
+                    uids.append(f"{source}-{prompt}")
+                    pred = rng.choice(["1", "2", "3", "7"])
+                    infos["pred"].append(pred)
+                    infos["acc"].append(float(pred == "2"))
+                    infos["score"].append(rng.choice([-1.0, 0.5, 1.0]))
+                    infos["used_tool"].append(rng.random() < 0.5)
+                    infos["num_turns"].append(rng.randint(2, 4))
+                    infos["with_nan"].append(rng.choice([None, 1.0, float("nan"), 2.0]))
+                    infos["label"].append("x")
+        out = mu.process_validation_metrics(sources, uids, infos)
+        for source in sorted(out):
+            for var in sorted(out[source]):
+                for metric in sorted(out[source][var]):
+                    print(source, var, metric, repr(float(out[source][var][metric])))
+        print("loop calls", len(calls))
+    """
+    pristine, patched = run_in_both(trees, code)
+    metrics = lambda out: [line for line in out.splitlines() if not line.startswith("loop calls")]
+    assert metrics(pristine) == metrics(patched)
+    assert any(" maj@4/mean " in line for line in metrics(patched)) and any(" best@30/mean " in line
+                                                                           for line in metrics(patched))
+    loop_calls = {name: int(out.rsplit("loop calls ", 1)[1]) for name, out in (("pristine", pristine),
+                                                                              ("patched", patched))}
+    # pristine: every numeric field, prompt and n; patched: only the field with NaN (best/worst and maj per n)
+    assert loop_calls["patched"] < loop_calls["pristine"] / 5, loop_calls
+    assert loop_calls["patched"] > 0, loop_calls

@@ -39,6 +39,19 @@ def test_parts_outcomes_and_totals_from_a_real_pytest_report(tmp_path):
     assert "the whole `make test`, setup included, 600 s (10.0 min)" in text
     assert "s `tests.unit.test_sample::test_slow`" in text
 
+    # make test's two phases: one report each, their walls added and named
+    e2e = tmp_path / "tests" / "e2e"
+    e2e.mkdir()
+    (e2e / "test_run.py").write_text("import time\ndef test_run():\n    time.sleep(0.2)\n")
+    second = tmp_path / "e2e.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={second}",
+                    "--rootdir", str(tmp_path), str(e2e)], cwd=tmp_path, capture_output=True)
+    assert suite_times.main([str(report), str(second), "--label", "two phases", "--output", str(out)]) == 0
+    text = out.read_text()
+    assert "| `tests/e2e` | 1 | 1 passed |" in text and "| `tests/unit` | 3 |" in text
+    walls = [float(suite_times.read_cases(path)[1]["time"]) for path in (report, second)]
+    assert f"pytest {sum(walls):.0f} s" in text and f"(suite {walls[0]:.0f} s, e2e {walls[1]:.0f} s)" in text
+
 
 def test_a_file_that_is_not_a_junit_report_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "x.xml"

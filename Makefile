@@ -4,7 +4,8 @@
 #              whose runs use every core. TEST_REPORTS=<dir> writes each phase's JUnit report there
 # make test-shakedown   SHAKEDOWN=1 ./run_smoke_cpu.sh end to end and its checklist (~15 min; not in make test)
 # make test-faults      failure accounting in both async trainer modes, mass faults included (~33 min with its smoke
-#                       run, AVX2-emulated; make test runs the separate_async fault run only)
+#                       run on a 2-core AVX2-only Zen 1, before patch 0007; make test runs the separate_async fault
+#                       run only)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
 # make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, the off-by-one diagnostic,

@@ -1,7 +1,7 @@
 """The compact view of a stage's output: fed the raw bytes as they come, it prints what a person follows.
 
     [rl] step 3/12 | reward -0.19 | acc 0.41 | tool 0.62 (0.62 calls) | turns 3.2 | resp 63 tok | failures 0 | ...
-    [rl] validation at step 12: acc mean@4: synthetic_arith 0.527, aime_2025 0.000 | turns 3.4
+    [rl] validation at step 12: acc mean@4: aime_2025 0.000, synthetic_arith 0.527 | turns 3.4
     [rl] error: ValueError: ... (trainer_base.py:812 in fit)
 
 Kept: verl's step lines (retool.console.view), validations, checkpoints, resume, the moment the workers are ready,

@@ -128,7 +128,8 @@ def validation(step: int, m: Mapping[str, float]) -> str | None:
     """The console line of a validation (RL: accuracy per data source at mean@N; SFT: val loss); None if ``m``
     holds no validation metric."""
     accuracy: dict[str, list[str]] = {}
-    for key, value in m.items():
+    # sorted: verl lists the data sources in the order their trajectories finished, which varies from run to run
+    for key, value in sorted(m.items()):
         match = VAL_ACC.match(key)
         if match:
             accuracy.setdefault(f"mean@{match.group('n')}", []).append(f"{match.group('source')} {value:.3f}")

@@ -62,8 +62,9 @@ def test_the_console_is_short_and_shows_every_stage_and_step(smoke_run_dir, cons
         assert any(line.startswith(f"[{stage}] done: {total} steps in ") for line in console), stage
         header = next(line for line in console if line.startswith(f"[{stage}] device cpu | "))
         assert "full log: " in header and f"logs/{stage}.log" in header, header
-    assert any(line.startswith("[rl] validation before training: acc mean@4: synthetic_arith ") for line in console)
-    assert any(line.startswith("[rl] validation at step 12: acc mean@4: synthetic_arith ") for line in console)
+    for when in ("before training", "at step 12"):
+        pattern = rf"\[rl\] validation {when}: acc mean@4: aime_2025 \d\.\d{{3}}, synthetic_arith \d\.\d{{3}} \| "
+        assert any(re.match(pattern, line) for line in console), when
     # no config dump, no line of a Ray actor as it printed it, no colour codes
     assert not any("'actor_rollout_ref'" in line or re.search(r"\(\w+ pid=\d+\)", line) or "\x1b" in line
                    for line in console)

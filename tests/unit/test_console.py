@@ -107,7 +107,8 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
         assert all(part in mine for part in expected), (mine, expected)
     last = steps[-1]
     if re.search(rf"step:{last} - .*val-core/", raw):
-        assert any(line.startswith(f"[rl] validation at step {last}: acc mean@4: synthetic_arith ") for line in lines)
+        assert any(line.startswith(f"[rl] validation at step {last}: acc mean@4: aime_2025 ") and "synthetic_arith " in line
+                   for line in lines)
     # a model's malformed tool call is an error verl logs: shown once, its repeats counted
     assert sum("Failed to decode tool call" in line for line in lines) == 1
     assert not any("transfer_queue" in line or "target_num_threads" in line for line in lines)
@@ -117,6 +118,15 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
 def run_console(*args: str, env: dict | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*CONSOLE, *args], input=stdin, capture_output=True, timeout=120,
                           env={**os.environ, "VERBOSE": "0", **(env or {})}, cwd=REPO)
+
+
+def test_a_validation_line_lists_its_data_sources_in_the_same_order_whichever_finished_first():
+    # verl keys the validation metrics in the order trajectories finished; CI met both orders in one week
+    first = {"val-core/synthetic_arith/acc/mean@4": 0.418, "val-core/aime_2025/acc/mean@4": 0.0,
+             "val-aux/num_turns/mean": 2.9}
+    second = dict(reversed(list(first.items())))
+    assert view.validation(0, first) == view.validation(0, second) == \
+        "validation before training: acc mean@4: aime_2025 0.000, synthetic_arith 0.418 | turns 2.9"
 
 
 def test_the_log_gets_every_byte_appended_whatever_the_console_shows(tmp_path):

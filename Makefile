@@ -17,7 +17,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
-SETUP_INPUTS := pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
+SETUP_INPUTS := pyproject.toml sandbox/pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
 .PHONY: setup smoke test test-fast test-shakedown test-faults bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
 
@@ -66,7 +66,7 @@ bench-filter: setup
 	$(PY) bench/overlong_filter.py --output docs/performance.md
 
 lint: setup
-	$(PY) -m ruff check --select F,E9 retool tests bench retool_sft_preprocess.py
+	$(PY) -m ruff check --select F,E9 retool sandbox tests bench retool_sft_preprocess.py
 
 clean-runs:
 	rm -rf runs

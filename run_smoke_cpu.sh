@@ -66,11 +66,12 @@ trap cleanup EXIT
 SANDBOX_PORT="${SANDBOX_PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 SANDBOX_BASE="http://127.0.0.1:$SANDBOX_PORT"
 export RETOOL_SANDBOX_URL="$SANDBOX_BASE/run_code"
-"$PYTHON" -m retool.sandbox serve --host 127.0.0.1 --port "$SANDBOX_PORT" "${SANDBOX_EXTRA[@]}" \
+"$PYTHON" -m retool_sandbox serve --host 127.0.0.1 --port "$SANDBOX_PORT" "${SANDBOX_EXTRA[@]}" \
   > "$RUN_DIR/logs/sandbox.log" 2>&1 &
 SANDBOX_PID=$!
 "$PYTHON" - "$SANDBOX_BASE" <<'EOF'
 import sys, time, urllib.request
+from retool_sandbox.client import SandboxClient, SandboxUnreachable
 deadline = time.time() + 60
 while True:
     try:
@@ -80,10 +81,14 @@ while True:
         if time.time() > deadline:
             sys.exit(f"error: the sandbox at {sys.argv[1]} did not answer within 60 s (see logs/sandbox.log)")
         time.sleep(0.3)
+try:  # it answers while its slots still start: wait until /health says it is ready
+    SandboxClient(sys.argv[1]).wait_ready()
+except SandboxUnreachable as exc:
+    sys.exit(f"error: {exc} (see logs/sandbox.log)")
 EOF
 echo "==> sandbox ready at $SANDBOX_BASE ($(grep -m1 -io 'isolation[^,]*' "$RUN_DIR/logs/sandbox.log" || true))"
 # The RL stage refuses a sandbox weaker than bubblewrap: say so now, with the fix, not after assets, SFT and merge.
-"$PYTHON" -m retool.sandbox.gate "$RETOOL_SANDBOX_URL" || {
+"$PYTHON" -m retool.sandbox_gate "$RETOOL_SANDBOX_URL" || {
   echo "error: the smoke stops before its first stage: its RL stage would refuse this sandbox ($RUN_DIR/logs/sandbox.log" \
        "says why each stronger tier failed); fix it as above and run the smoke again" >&2
   exit 1; }

@@ -38,7 +38,7 @@ from typing import Any
 
 from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 from retool.smoke import learning_run
 from retool.trainer_modes import ASYNC_MODES
 

@@ -326,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             if name in ASYNC_RUNS:
                 mode, seed = ASYNC_RUNS[name]
                 print(f"[bench] {name}: into {out / name}", flush=True)
-                results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n,
-                                                 seed=seed, trainer_mode=mode)
+                results[name] = learning_run.run(learning_run.LearningRun(
+                    smoke / "sft_merged", out / name, assets, steps=args.steps, val_n=args.val_n, seed=seed,
+                    trainer_mode=mode))
                 print("\n".join(results[name]["sentences"]), flush=True)
                 continue
             seed, control = RUNS[name]
@@ -336,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = learning_run.from_smoke_run(smoke, assets, out / name)
             else:
                 print(f"[bench] {name}: into {out / name}", flush=True)
-                results[name] = learning_run.run(smoke / "sft_merged", assets, out / name, args.steps, args.val_n,
-                                                 control, seed)
+                results[name] = learning_run.run(learning_run.LearningRun(
+                    smoke / "sft_merged", out / name, assets, steps=args.steps, val_n=args.val_n, seed=seed,
+                    control=control))
             print("\n".join(results[name]["sentences"]), flush=True)
         source = f"the SFT model of `{os.path.relpath(smoke, REPO)}`, runs in `{os.path.relpath(out, REPO)}/`"
     claims = []

@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from retool.markdown_sections import replace_section  # noqa: E402
-from retool.sandbox.client import ClientPolicy, SandboxClient  # noqa: E402
-from retool.sandbox.spawn import running_sandbox  # noqa: E402
+from retool_sandbox.client import ClientPolicy, SandboxClient  # noqa: E402
+from retool_sandbox.spawn import running_sandbox  # noqa: E402
 
 WORKLOADS = {
     "print(1)": "print(1)",

@@ -2,7 +2,7 @@
 modes, written into docs/performance.md (section ``sandbox-loadtest``) with a picture (docs/img/sandbox_loadtest.png).
 
 Per session mode it starts nothing new: one server (the defaults of ``retool-sandbox serve``: auto isolation, one slot
-per core here, 1,024 sessions) serves both. For each mode ``retool.sandbox.loadtest`` first calibrates the programs
+per core here, 1,024 sessions) serves both. For each mode ``retool_sandbox.loadtest`` first calibrates the programs
 and measures the sandbox's own throughput at concurrency 2 without pauses (the baseline); then it replays the
 reference step, 1,024 trajectories with the tool's client, with the generation speed raised so that the calls arrive
 at ``OVERLOAD`` x that throughput: the two cores, not the arrival pattern, are the bottleneck; after the load it
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from retool.markdown_sections import replace_section  # noqa: E402
-from retool.sandbox import host  # noqa: E402
-from retool.sandbox.config import default_slots  # noqa: E402
-from retool.sandbox.load_report import (  # noqa: E402
+from retool_sandbox import host  # noqa: E402
+from retool_sandbox.config import default_slots  # noqa: E402
+from retool_sandbox.load_report import (  # noqa: E402
     occupancy,
     percentiles,
     reference_rate,
@@ -41,9 +41,10 @@ from retool.sandbox.load_report import (  # noqa: E402
     to_json,
     verdict_text,
 )
-from retool.sandbox.load_model import REFERENCE_TOKENS_PER_S, LoadSpec  # noqa: E402
-from retool.sandbox.loadtest import LoadTest, tool_settings  # noqa: E402
-from retool.sandbox.spawn import running_sandbox  # noqa: E402
+from retool_sandbox.load_model import REFERENCE_TOKENS_PER_S, LoadSpec  # noqa: E402
+from retool_sandbox.load_settings import load_settings  # noqa: E402
+from retool_sandbox.loadtest import LoadTest  # noqa: E402
+from retool_sandbox.spawn import running_sandbox  # noqa: E402
 
 SECTION = "sandbox-loadtest"
 PICTURE = ROOT / "docs" / "img" / "sandbox_loadtest.png"
@@ -64,7 +65,7 @@ def scaled_tokens_per_s(spec: LoadSpec, capacity: float) -> float:
 
 
 async def measure(url: str, mode: str, trajectories: int, baseline_calls: int) -> dict:
-    settings = tool_settings(url, str(ROOT / "configs" / "tool.yaml"), session_mode=mode)
+    settings = load_settings(str(ROOT / "configs" / "tool.yaml"), session_mode=mode)
     test = LoadTest(url, LoadSpec(trajectories=trajectories, session_mode=mode), settings,
                     baseline_calls=baseline_calls)
     await test.prepare()
@@ -221,7 +222,7 @@ def render(runs: dict[str, dict], meta: dict) -> str:
         f"drifts over a run. Load average {meta['load_before']} before "
         f"and {meta['load_after']} after.",
         "",
-        "The program mix (`retool/sandbox/load_programs.py`, one run each on the idle sandbox): run time "
+        "The program mix (`sandbox/retool_sandbox/load_programs.py`, one run each on the idle sandbox): run time "
         + ", ".join(f"{label} {share:.0%}" for label, share in mix["runtime_shares"].items()) + "; output "
         + ", ".join(f"{label} {share:.0%}" for label, share in mix["output_shares"].items())
         + f" of the calls; {mix['mean_idle_s'] * 1000:.0f} ms per call on average.",

@@ -19,7 +19,7 @@ not deliver (a runtime env whose setup hook rewrites it, a raylet that ignores t
 
 On each node: the sandbox URL its workers resolve from the tool config (``RETOOL_NODE_SANDBOX_URL`` in that node's
 environment, else the launch's ``RETOOL_SANDBOX_URL``, else the tool config's default, 127.0.0.1: each node its
-own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox/gate.py), and is printed with where
+own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox_gate.py), and is printed with where
 it came from; on a resume whose new ``RETOOL_SANDBOX_URL`` a node's own ``RETOOL_NODE_SANDBOX_URL`` overrides, a
 warning names both (retool/resume.py records what the resume replaced). The worker environment the launcher hands
 over (the device variables of configs/device/<device>.env, the sandbox URL, the TensorBoard folder) is set; on a
@@ -42,10 +42,11 @@ from typing import Any
 
 import yaml
 
-from retool.doctor.checks import dig
+from retool.checklist import FAIL, OK, Check, exit_status, render, summary
+from retool.doctor.config import dig
 from retool.resume import RESUMED_ENV
-from retool.sandbox.client import SandboxURLError, run_code_url
-from retool.sandbox.gate import ACCEPT_VARIABLE, sandbox_verdict
+from retool_sandbox.client import SandboxURLError, run_code_url
+from retool.sandbox_gate import ACCEPT_VARIABLE, sandbox_verdict
 
 NODE_URL_VARIABLE = "RETOOL_NODE_SANDBOX_URL"  # one node's own sandbox, set where `ray start` runs on that node
 LAUNCH_URL_VARIABLE = "RETOOL_SANDBOX_URL"
@@ -72,14 +73,6 @@ class Expected:
     versions: dict[str, str | None] = field(default_factory=dict)  # empty: not compared (the launching host itself)
     device_stack: bool = False  # npu/cuda: import the stack and see a device (the launcher did it for its own host)
     resumed_from: dict[str, str] | None = None  # a resume: the workers' environment of the run before it
-
-
-@dataclass
-class NodeResult:
-    node: str  # the node's address, as Ray names it (or this host's name)
-    passed: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -184,65 +177,66 @@ def resume_override(expected: Expected, url: str) -> str | None:
             "without a cluster: in the shell you launch from), and launch again")
 
 
-def check_node(expected: Expected, node: str) -> NodeResult:
-    """Check the node this runs on (a Ray task there), in the environment Ray gave this worker."""
-    result = NodeResult(node)
+def check_node(expected: Expected, node: str) -> Check:
+    """Check the node this runs on (a Ray task there), in the environment Ray gave this worker; ``node`` is its
+    address as Ray names it (or this host's name)."""
+    result = Check(OK, f"node {node}")
     wrong = [f"{key}={os.environ.get(key)!r} (launched with {value!r})" for key, value in expected.env_vars.items()
              if os.environ.get(key) != value]
     if wrong:
-        result.problems.append("the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
-                               "Ray did not give this node's workers the job's runtime env as launched: remove what "
-                               "rewrites it (a worker_process_setup_hook or plugin in "
-                               "ray_kwargs.ray_init.runtime_env), run the same Ray version on every node and start "
-                               "its raylet again (ray stop; ray start --address=HEAD:6379)")
+        result.bad("the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
+                   "Ray did not give this node's workers the job's runtime env as launched: remove what "
+                   "rewrites it (a worker_process_setup_hook or plugin in "
+                   "ray_kwargs.ray_init.runtime_env), run the same Ray version on every node and start "
+                   "its raylet again (ray stop; ray start --address=HEAD:6379)")
     else:
-        result.passed.append(f"worker environment as launched ({len(expected.env_vars)} variables)")
+        result.ok(f"worker environment as launched ({len(expected.env_vars)} variables)")
     _check_sandbox(expected, result)
     _check_device(expected, result)
     return result
 
 
-def _check_sandbox(expected: Expected, result: NodeResult) -> None:
+def _check_sandbox(expected: Expected, result: Check) -> None:
     if not Path(expected.tool_config).is_file():
-        result.problems.append(f"the tool config {expected.tool_config} is not on this node. Fix: the checkout, "
-                               "model, data and RUN_DIR must be at the same path on every node (shared storage)")
+        result.bad(f"the tool config {expected.tool_config} is not on this node. Fix: the checkout, "
+                   "model, data and RUN_DIR must be at the same path on every node (shared storage)")
         return
     try:
         urls = resolved_sandbox_urls(expected.tool_config)
     except Exception as exc:  # OmegaConf raises many types; all mean "the tool config does not resolve here"
-        result.problems.append(f"the tool config {expected.tool_config} does not resolve on this node: "
-                               f"{type(exc).__name__}: {exc}")
+        result.bad(f"the tool config {expected.tool_config} does not resolve on this node: "
+                   f"{type(exc).__name__}: {exc}")
         return
     accept = {ACCEPT_VARIABLE: "1"} if expected.accept_weak else {}
     for url in urls:
         warning = resume_override(expected, url)
         if warning:
-            result.warnings.append(warning)
+            result.warn(warning)
         ok, message = sandbox_verdict(url, accept)
         where = f"sandbox {url} (from {url_source(url, expected)})"
         if ok:
-            result.passed.append(f"{where}: {message}")
+            result.ok(f"{where}: {message}")
         else:
-            result.problems.append(f"{where}: {message}. On this node: {NODE_FIX}")
+            result.bad(f"{where}: {message}. On this node: {NODE_FIX}")
 
 
-def _check_device(expected: Expected, result: NodeResult) -> None:
+def _check_device(expected: Expected, result: Check) -> None:
     if expected.device_stack:
         from retool.platform.stack import FIX, missing
 
         problem = missing(expected.device)
         if problem:
-            result.problems.append(f"{sys.executable} has {problem}. Fix: {FIX[expected.device]}")
+            result.bad(f"{sys.executable} has {problem}. Fix: {FIX[expected.device]}")
         else:
-            result.passed.append(f"{expected.device} stack sees a device")
+            result.ok(f"{expected.device} stack sees a device")
     here = installed_versions() if expected.versions else {}
     differ = [f"{name} {here[name]} (launcher: {version})" for name, version in expected.versions.items()
               if here.get(name) != version]
     if differ:
-        result.problems.append("other packages than the launching host: " + ", ".join(differ) + ". Fix: run every "
-                               "node from the same container image (docs/install.md)")
+        result.bad("other packages than the launching host: " + ", ".join(differ) + ". Fix: run every "
+                   "node from the same container image (docs/install.md)")
     elif expected.versions:
-        result.passed.append("verl, torch and vLLM as on the launching host")
+        result.ok("verl, torch and vLLM as on the launching host")
 
 
 def cluster_address(cfg: dict[str, Any]) -> str | None:
@@ -253,7 +247,7 @@ def cluster_address(cfg: dict[str, Any]) -> str | None:
     return canonicalize_bootstrap_address(init.get("address"), init.get("_temp_dir"))
 
 
-def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tuple[list[str], list[NodeResult]]:
+def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tuple[list[str], list[Check]]:
     """(problems of the cluster as a whole, one result per live node), from one task on every node."""
     import ray
 
@@ -277,9 +271,9 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
     for result, node in zip(results, nodes):
         have = node["Resources"].get(resource, 0)
         if 0 < have < per_node:
-            result.problems.append(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
-                                   "Fix: make every device visible to the node's container, then start its "
-                                   "raylet again")
+            result.bad(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
+                       "Fix: make every device visible to the node's container, then start its "
+                       "raylet again")
     counts = [(node["NodeManagerAddress"], node["Resources"].get(resource, 0)) for node in nodes]
     full = sum(have >= per_node for _, have in counts)
     problems = []
@@ -288,10 +282,10 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
                         f"{address} has {full} ({', '.join(f'{n}: {c:g}' for n, c in counts)}). Fix: join "
                         "the missing nodes (ray start --address=HEAD:6379 on each), or set NNODES and "
                         "NPROC_PER_NODE to what the cluster has")
-    return problems, sorted(results, key=lambda r: r.node)
+    return problems, sorted(results, key=lambda r: r.name)
 
 
-def check_here(cfg: dict[str, Any], expected: Expected) -> tuple[list[str], list[NodeResult]]:
+def check_here(cfg: dict[str, Any], expected: Expected) -> tuple[list[str], list[Check]]:
     """One node: a Ray of its own, started with the arguments verl's ``ray.init`` gets, and the check in a worker."""
     import ray
 
@@ -314,7 +308,7 @@ def check_here(cfg: dict[str, Any], expected: Expected) -> tuple[list[str], list
 
 
 def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resource: str,
-                        name: str | None = None) -> list[NodeResult]:
+                        name: str | None = None) -> list[Check]:
     """check_node in one Ray task on each node (in the job's runtime env, as verl's workers run), in node order."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -337,20 +331,21 @@ def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resourc
         where = name or node["NodeManagerAddress"]
         if ref in pending:
             ray.cancel(ref, force=True)
-            results.append(NodeResult(where, problems=[
-                f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): `ray "
-                "status` and the node's /tmp/ray/session_latest/logs say why"]))
+            results.append(Check(FAIL, f"node {where}",
+                                 f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): "
+                                 "`ray status` and the node's /tmp/ray/session_latest/logs say why"))
             continue
         try:
             results.append(ray.get(ref))
         except Exception as exc:  # the task could not run there: runtime env, the recipe's import, ...
-            results.append(NodeResult(where, problems=[
-                f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. Fix: "
-                "install the recipe at the same path on every node (one container image; docs/install.md)"]))
+            results.append(Check(FAIL, f"node {where}",
+                                 f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. "
+                                 "Fix: install the recipe at the same path on every node (one container image; "
+                                 "docs/install.md)"))
     return results
 
 
-def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], list[NodeResult]]:
+def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], list[Check]]:
     """Check the cluster verl will use, or this host when verl will start its own Ray."""
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
     try:
@@ -366,19 +361,14 @@ def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], li
     return check_here(cfg, expected_from_config(cfg, on_cluster=False, run_dir=run_dir))
 
 
-def report(problems: list[str], results: list[NodeResult]) -> int:
-    for result in results:
-        if not result.problems:
-            print(f"[node-check] {result.node}: " + "; ".join(result.passed), file=sys.stderr)
-        for warning in result.warnings:  # after the node's line, so it is the last thing read about that node
-            print(f"WARNING: node {result.node}: {warning}", file=sys.stderr)
-    failed = [result for result in results if result.problems]
-    for result in failed:
-        print(f"error: node {result.node} failed its check before step 1:\n  - " + "\n  - ".join(result.problems),
-              file=sys.stderr)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return 1 if problems or failed else 0
+def report(problems: list[str], results: list[Check]) -> int:
+    """Every node's check, then the cluster's problems (named ``ray``); on a failure, the line that stops the launch."""
+    checks = results + [Check(FAIL, "ray", problem) for problem in problems]
+    print(render(checks), file=sys.stderr)
+    if exit_status(checks):
+        print(f"error: the node check failed before step 1 ({summary(checks)}): fix what the [FAIL] lines say, then "
+              "launch again", file=sys.stderr)
+    return exit_status(checks)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from retool.doctor.config import dig
+
 # The Ray workers' environment: where the sandbox listens, where TensorBoard goes, the device variables.
 RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env"
 WORKER_ENV = RUNTIME_ENV + ".env_vars"
@@ -74,10 +76,7 @@ def config_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def worker_env(config: dict[str, Any]) -> dict[str, Any]:
-    node: Any = config
-    for key in WORKER_ENV.split("."):
-        node = node.get(key) if isinstance(node, dict) else None
-    return dict(node or {})
+    return dict(dig(config, WORKER_ENV) or {})
 
 
 def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:

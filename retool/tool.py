@@ -3,7 +3,7 @@
 verl imports it by dotted path from the tool YAML (``class_name: retool.tool.CodeInterpreterTool``) inside every
 agent-loop worker. This class only joins verl to the recipe's parts: the settings (``retool.tool_settings``), the
 code preparation and reply text of its behaviour (``retool.tool_text``), the HTTP client with its deadlines,
-retries and sessions (``retool.sandbox.client``), and the per-trajectory outcome counts (``retool.tool_outcomes``).
+retries and sessions (``retool_sandbox.client``), and the per-trajectory outcome counts (``retool.tool_outcomes``).
 
 It never raises into the agent loop: bad arguments, sandbox outages and malformed replies all become a tool
 message the model can read, and a bug of its own is counted as ``tool_exception`` with its traceback (the recipe's
@@ -23,7 +23,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
 from retool import tool_outcomes, tool_text
-from retool.sandbox.client import Reply, SandboxClient
+from retool_sandbox.client import Reply, SandboxClient
 from retool.tool_schema import tool_schema
 from retool.tool_settings import ToolSettings
 

@@ -10,7 +10,7 @@ Keys (counts per trajectory, 0 when the model made no call):
 the run hit its time limit; ``tool_unavailable`` no result (sandbox down, HTTP error, sandbox-side error);
 ``tool_exception`` the tool itself raised (a bug of the tool, not of the model's code);
 ``tool_truncated`` the output was cut to ``max_output_chars``; ``tool_retried`` the call needed at least one retry
-(a busy or restarting sandbox, retool.sandbox.client); ``tool_session_lost`` a session call found its
+(a busy or restarting sandbox, retool_sandbox.client); ``tool_session_lost`` a session call found its
 session's earlier state gone (the sandbox restarted or evicted it); ``trajectory_masked`` 1 when the recipe's agent
 loop kept the trajectory out of the loss because a call got no answer (retool.agent_loop). Kept free of verl imports (the reward imports it).
 

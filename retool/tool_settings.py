@@ -8,15 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from retool.sandbox.client import ClientPolicy, SandboxURLError, run_code_url
+from retool_sandbox.client import SESSION_MODES, ClientPolicy, SandboxURLError, run_code_url
 
 # `behaviour`: how code is prepared and the reply worded (retool.tool_text).
 #   verl_retool  the tool the reference run used (verl's recipe/retool CustomSandboxFusionTool)
 #   annotated    this recipe's tool: every python block, shell-like printing, labelled stderr, notes, its own cut
 BEHAVIOURS = ("verl_retool", "annotated")
-# `session_mode`: "stateless" (every call a fresh interpreter) or "per_trajectory" (the calls of one trajectory share
-# an interpreter of the retool-sandbox server; a server without sessions is reported on every later call)
-SESSION_MODES = ("stateless", "per_trajectory")
+# `session_mode`: one of SESSION_MODES, "stateless" or "per_trajectory" (retool_sandbox.client says what each does)
 WHERE = "code_interpreter tool config (the `config:` block of the tool YAML)"
 
 

@@ -1,6 +1,6 @@
 """What the code tool sends to the sandbox and what the model reads back, for both tool behaviours.
 
-Pure text functions: no verl, no HTTP (the reply they format comes from ``retool.sandbox.client``), so the rules
+Pure text functions: no verl, no HTTP (the reply they format comes from ``retool_sandbox.client``), so the rules
 the model lives by are tested on their own.
 
 ``annotated`` (the improved profile's tool):
@@ -27,7 +27,7 @@ import ast
 import re
 from typing import Any
 
-from retool.sandbox.client import Reply
+from retool_sandbox.client import Reply
 from retool.tool_settings import BEHAVIOURS
 
 NO_STDOUT = "no stdout here"  # the reference tool's whole reply when the run did not finish

@@ -20,7 +20,7 @@
 #                   (sandbox URL, TensorBoard folder, device variables) this launch's
 #   RETOOL_SANDBOX_URL  the /run_code URL the RL tool posts to (configs/tool.yaml; 127.0.0.1 is each node's own). RL
 #                   checks every node first (retool/node_check.py) and refuses a sandbox isolated less than bwrap
-#                   unless RETOOL_ACCEPT_WEAK_ISOLATION=1 (retool/sandbox/gate.py)
+#                   unless RETOOL_ACCEPT_WEAK_ISOLATION=1 (retool/sandbox_gate.py)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE   multi-node SFT (torchrun); RL uses the Ray cluster
 #   DRY_RUN=1       print the fully resolved verl config (extra overrides included) and exit without devices
 #   VERBOSE=1       print verl's whole output on the console, not the compact view (the log has it either way)

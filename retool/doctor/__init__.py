@@ -20,5 +20,6 @@ and the disk the checkpoints take against the free space (``resources``, arithme
 
 ``--config`` takes a launcher (run with DRY_RUN=1, which prints the resolved verl config), a resolved YAML (the
 ``<stage>.resolved.yaml`` a run folder keeps) or a recipe Hydra config (composed with verl's defaults).
-Each line is ``[ OK ]``, ``[WARN]``, ``[FAIL]``, ``[SKIP]`` or ``[NEXT]``; the exit code is 1 when any check fails.
+Each line is ``[ OK ]``, ``[WARN]``, ``[FAIL]``, ``[SKIP]`` or ``[NEXT]`` (retool/checklist.py); the exit code is 1
+when any check fails.
 """

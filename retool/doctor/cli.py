@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import retool.doctor
-from retool.doctor.checks import FAIL, NEXT, OK, SKIP, STATUSES, WARN, Check, dig
+from retool.checklist import FAIL, OK, SKIP, WARN, Check, exit_status, render, summary
 from retool.doctor.cluster import check_ray
-from retool.doctor.config import ConfigError, config_kind, config_source, load_config, model_path
+from retool.doctor.config import ConfigError, config_kind, config_source, dig, load_config, model_path
 from retool.doctor.devices import check_devices, detect_devices
 from retool.doctor.estimate import KNOWN_MODELS, RECIPE_MODEL
 from retool.doctor.inputs import MODEL_PATH_NOT_SET, check_data, check_model, check_profile_data, run_profile
@@ -22,7 +22,7 @@ from retool.doctor.sandbox import check_sandbox, check_sessions
 from retool.doctor.stages import SFT_MODEL, STAGES, Launchers, apply_stage, next_steps
 from retool.doctor.tool_config import check_tool_config
 from retool.doctor.versions import check_npu_stack, check_packages, check_patches, check_python, load_pins
-from retool.sandbox.client import SandboxURLError, base_url
+from retool_sandbox.client import SandboxURLError, base_url
 
 
 def _other_server(checked: str, tool_url: str) -> bool:
@@ -119,11 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     checks, cfg, stage = run_checks(args)
-    for check in checks:
-        print(check.line())
-    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
-    print(f"retool-doctor ({stage} stage): {counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failure(s), "
-          f"{counts[SKIP]} skipped, {counts[NEXT]} not there yet")
+    print(render(checks))
+    print(f"retool-doctor ({stage} stage): {summary(checks)}")
     device = dig(cfg, "trainer.device") if cfg else None
     if device in ("npu", "cuda"):  # the README's path; the CPU smoke (make smoke) builds its own inputs
         model = model_path(cfg) if stage == "rl" and dig(cfg, "actor_rollout_ref.model.path") != MODEL_PATH_NOT_SET \
@@ -131,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = next_steps(stage, checks, Launchers.of(device), run_profile()[0],
                            int(dig(cfg, "trainer.nnodes", 1) or 1), str(model))
         print("next, as in the README:\n" + "\n".join(f"  {step}" for step in steps))
-    return 1 if counts[FAIL] else 0
+    return exit_status(checks)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from retool.doctor.checks import FAIL, OK, SKIP, Check, dig
-from retool.doctor.config import config_kind
+from retool.checklist import FAIL, OK, SKIP, Check
+from retool.doctor.config import config_kind, dig
 from retool.doctor.stages import RAY
 
 

@@ -1,4 +1,5 @@
-"""Config loading: a launcher (run with DRY_RUN=1), a resolved YAML or a recipe Hydra YAML -> one resolved dict."""
+"""Config loading: a launcher (run with DRY_RUN=1), a resolved YAML or a recipe Hydra YAML -> one resolved dict; and
+reading a key of such a dict (``dig``, ``as_list``), for every module of the recipe that reads a resolved config."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 import yaml
 
 from retool.constants import REPO_ROOT
-from retool.doctor.checks import dig
 
 # What --config names: a launcher script, a run folder's <stage>.resolved.yaml, or a recipe config to compose.
 LAUNCHER, RESOLVED, RECIPE = "launcher", "resolved", "recipe"
@@ -20,6 +20,28 @@ LAUNCHER, RESOLVED, RECIPE = "launcher", "resolved", "recipe"
 
 class ConfigError(RuntimeError):
     pass
+
+
+def dig(cfg: dict[str, Any] | None, dotted: str, default: Any = None) -> Any:
+    """``cfg["a"]["b"]`` for "a.b"; ``default`` when any step is missing."""
+    node: Any = cfg
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def as_list(value: Any) -> list[str]:
+    """A config value that may be one path, a list of paths or a list written as a string override."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    text = str(value).strip()
+    if text.startswith("["):  # a list given as a string override: "[a.parquet, b.parquet]"
+        return [p.strip().strip("'\"") for p in text.strip("[]").split(",") if p.strip()]
+    return [text]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

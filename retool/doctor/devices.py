@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retool.doctor.checks import FAIL, OK, Check, dig
+from retool.checklist import FAIL, OK, Check
+from retool.doctor.config import dig
 from retool.doctor.estimate import GIB
 
 # Device memory when the device is not visible here (checking an NPU launcher on a laptop): Atlas A3, per die.

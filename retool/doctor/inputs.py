@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from retool.checklist import FAIL, OK, SKIP, Check
 from retool.data.layout import DEFAULT_RAW
-from retool.doctor.checks import FAIL, OK, SKIP, Check, as_list, dig
-from retool.doctor.config import RECIPE, RESOLVED, config_kind, model_path
+from retool.doctor.config import RECIPE, RESOLVED, as_list, config_kind, dig, model_path
 from retool.doctor.estimate import param_count
 from retool.doctor.stages import DOWNLOAD, PREPARE, SFT
 

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
-from retool.doctor.config import ConfigError, config_kind, model_path
+from retool.checklist import FAIL, OK, SKIP, WARN, Check
+from retool.doctor.config import ConfigError, config_kind, dig, model_path
 from retool.doctor.devices import KNOWN_DEVICE_MEMORY_GB, Devices
 from retool.doctor.estimate import GIB, KNOWN_MODELS, checkpoint_saves, estimate_checkpoints, estimate_memory
 from retool.doctor.inputs import data_paths

@@ -1,4 +1,4 @@
-"""The sandbox: it answers and runs code (through retool.sandbox.client), how strongly it isolates the model's code,
+"""The sandbox: it answers and runs code (through retool_sandbox.client), how strongly it isolates the model's code,
 and whether it keeps enough sessions for a per-trajectory tool."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
-from retool.doctor.config import tool_config_path
+from retool.checklist import FAIL, OK, SKIP, WARN, Check
+from retool.doctor.config import dig, tool_config_path
 from retool.doctor.stages import SANDBOX
 from retool.doctor.tool_config import tool_session_mode
-from retool.sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
-from retool.sandbox.gate import ACCEPT_VARIABLE, HOW_TO_FIX, STRONG_TIERS
+from retool_sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
+from retool.sandbox_gate import ACCEPT_VARIABLE, HOW_TO_FIX, STRONG_TIERS
 
-# The launchers' rule (retool.sandbox.gate): an RL run needs bwrap, or the risk accepted by name.
+# The launchers' rule (retool.sandbox_gate): an RL run needs bwrap, or the risk accepted by name.
 ACCEPT_WEAK_ISOLATION, HOW_TO_ISOLATE = ACCEPT_VARIABLE, HOW_TO_FIX
 # One quick attempt: the doctor reports a server that is not there, it does not wait for it to come back.
 PROBE_POLICY = ClientPolicy(run_timeout=10, queue_timeout_s=10, max_retries=0, reconnect_budget_s=0)
@@ -38,7 +38,7 @@ def check_sandbox(url: str | None, rl: bool = False) -> Check:
         return Check(FAIL, "sandbox", f"{url!r} is not an http(s) URL")
     base, parts = client.base, urlsplit(client.base)
     try:
-        client.ping()
+        client.wait_ready()  # a retool-sandbox still warming up (/health state warming) is waited for
     except SandboxUnreachable as e:
         if e.__cause__ is None:  # it answered, but not "pong"
             return Check(FAIL, "sandbox", str(e))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retool.doctor.checks import FAIL, NEXT, Check
+from retool.checklist import FAIL, NEXT, Check
 
 STAGES = ("install", "sft", "rl")
 # The steps of the README's quick start, in order; `ray` only for a multi-node RL run.
@@ -59,7 +59,7 @@ def commands(launchers: Launchers, profile: str, nnodes: int, sft_model: str = S
 
 def apply_stage(stage: str, checks: list[Check]) -> list[Check]:
     """The checks as ``stage`` judges them: a failure for an input whose step comes later becomes NEXT."""
-    return [Check(NEXT, c.name, c.message, c.step) if c.status == FAIL and c.step and c.step not in NEEDED[stage]
+    return [Check(NEXT, c.name, *c.details, step=c.step) if c.status == FAIL and c.step and c.step not in NEEDED[stage]
             else c for c in checks]
 
 

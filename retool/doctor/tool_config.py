@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
-from retool.doctor.config import config_kind, tool_config_path
+from retool.checklist import FAIL, OK, SKIP, WARN, Check
+from retool.doctor.config import config_kind, dig, tool_config_path
 
 
 @contextlib.contextmanager

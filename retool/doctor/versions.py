@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from retool.checklist import FAIL, OK, SKIP, WARN, Check
 from retool.constants import REPO_ROOT
-from retool.doctor.checks import FAIL, OK, SKIP, WARN, Check, dig
+from retool.doctor.config import dig
 
 # The image's Python packages the NPU run takes as they are (pins in [tool.retool.npu_image]).
 NPU_IMAGE_PACKAGES = ("torch", "torch_npu", "vllm", "vllm_ascend")

@@ -42,7 +42,7 @@ from retool.constants import REPO_ROOT
 from retool.eval.problems import EvalError, load_problems
 from retool.metrics import summarize
 from retool.profiles import add_profile_arguments, resolve_profile_arguments
-from retool.sandbox.client import SandboxClient, SandboxUnreachable, SandboxURLError
+from retool_sandbox.client import SandboxClient, SandboxUnreachable, SandboxURLError
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "rl.yaml"
 UNDER_CONSOLE = "RETOOL_EVAL_UNDER_CONSOLE"  # set in the child that retool.console runs
@@ -93,7 +93,7 @@ def check_sandbox(url: str) -> str:
     """The /run_code URL of ``url``; fails before the model loads when the sandbox does not answer its ping."""
     try:
         client = SandboxClient(url)
-        client.ping(timeout=10)
+        client.wait_ready(ping_timeout=10)  # a retool-sandbox still warming up is waited for
     except (SandboxURLError, SandboxUnreachable) as exc:
         raise EvalError(f"--sandbox-url: {exc}") from None
     return client.url

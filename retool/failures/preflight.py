@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from retool.doctor.checks import dig
+from retool.checklist import FAIL, Check, exit_status, render
+from retool.doctor.config import dig
 from retool.failures.limits import FailureSettingError, Limits
 from retool.tool_yaml import OWN_TOOL_CLASS, ToolConfigError, load_tool_schema
 
@@ -155,9 +156,14 @@ def _first_row_without_ground_truth(path: Path) -> str | None:
     return f"{path} row {rows[0].as_py()} (and {len(rows) - 1} more) has no reward_model.ground_truth"
 
 
-def problems_of(config: dict[str, Any]) -> list[str]:
-    return [*reward_manager_problems(config), *accounting_problems(config), *tool_problems(config),
-            *ground_truth_problems(config)]
+AREAS = {"reward manager": reward_manager_problems, "failure accounting": accounting_problems,
+         "tool": tool_problems, "ground truth": ground_truth_problems}
+
+
+def problems_of(config: dict[str, Any]) -> list[Check]:
+    """A FAIL line for each area with problems, a detail line per problem; none when the config is fine (an RL launch
+    then prints nothing)."""
+    return [Check(FAIL, area, *problems) for area, find in AREAS.items() if (problems := find(config))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", type=Path, help="a resolved RL config (RUN_DIR/rl.resolved.yaml)")
     args = parser.parse_args(argv)
     config = yaml.safe_load(args.config.read_text())
-    problems = problems_of(config)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    checks = problems_of(config)
+    if checks:
+        print(render(checks) + "\nerror: the config fails the preflight before verl starts: fix what the [FAIL] "
+              "lines say, then launch again", file=sys.stderr)
+    return exit_status(checks)
 
 
 if __name__ == "__main__":

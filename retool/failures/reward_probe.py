@@ -17,7 +17,7 @@ import asyncio
 import inspect
 from typing import Any
 
-from retool.doctor.checks import dig
+from retool.doctor.config import dig
 
 PROBE_TURNS = 6  # verl's ToolAgentLoop counts 2 per tool round plus 2: two tool rounds
 PROBE_TIMEOUT_S = 120.0

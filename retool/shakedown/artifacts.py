@@ -8,20 +8,21 @@ from pathlib import Path
 
 import yaml
 
+from retool.checklist import OK, SKIP, Check
 from retool.constants import REPO_ROOT
-from retool.doctor.checks import dig
+from retool.doctor.config import dig
 from retool.resume import RESUME_FREE, config_differences, flatten
-from retool.shakedown.lines import NOT_CHECKED, Findings, Line, span, verdict
+from retool.shakedown.lines import span, verdict
 from retool.shakedown.projection import planned_steps
 from retool.shakedown.relaunch import prompt_digests
 from retool.shakedown.runfolder import MERGED, Run, Stage
 
 
-def check_config(run: Run) -> Line:
+def check_config(run: Run) -> Check:
     if run.kind != "shakedown":
-        return Line("config", NOT_CHECKED, [f"a {run.kind or 'plain'} run is its own full run: there is no other "
-                                            "config to compare with"])
-    found = Findings("config")
+        return Check(SKIP, "config", f"a {run.kind or 'plain'} run is its own full run: there is no other config "
+                                     "to compare with")
+    found = Check(OK, "config")
     for name, stage in run.stages.items():
         if stage.full_config is None:
             found.bad(f"{name}: no shakedown/{name}.full.yaml (the launch writes it): cannot tell the shakedown "
@@ -36,7 +37,7 @@ def check_config(run: Run) -> Line:
         else:
             found.ok(f"{name}: the full run's config except {', '.join(differ) or 'nothing'}")
     found.ok("(the worker environment and resume settings may differ too: " + ", ".join(RESUME_FREE) + ")")
-    return found.line()
+    return found
 
 
 def shard_ranks(folder: Path) -> tuple[int | None, set[int]]:
@@ -58,8 +59,8 @@ def model_folder(stage: Stage) -> Path | None:
     return folder / "actor" if stage.name == "rl" else folder
 
 
-def check_devices(run: Run) -> Line:
-    found = Findings("devices")
+def check_devices(run: Run) -> Check:
+    found = Check(OK, "devices")
     for name, stage in run.stages.items():
         nodes = int(dig(stage.config, "trainer.nnodes", 1))
         per_node = int(dig(stage.config, "trainer.n_gpus_per_node", 1))
@@ -74,7 +75,7 @@ def check_devices(run: Run) -> Line:
         else:
             found.ok(f"{name}: {size} of {size} {device} ranks wrote their shards of "
                      f"{folder.relative_to(stage.checkpoint_dir)} ({planned})")
-    return found.line()
+    return found
 
 
 def checkpoint_parts(folder: Path) -> list[str]:
@@ -91,8 +92,8 @@ def folder_gb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
 
 
-def check_checkpoints(run: Run) -> Line:
-    found = Findings("checkpoint")
+def check_checkpoints(run: Run) -> Check:
+    found = Check(OK, "checkpoint")
     for name, stage in run.stages.items():
         step, wanted = stage.latest_checkpoint(), planned_steps(stage.config)
         folder = model_folder(stage)
@@ -115,18 +116,18 @@ def check_checkpoints(run: Run) -> Line:
         else:
             found.ok(f"{where} ({', '.join(parts)}; {', '.join(sorted(set(data)))}; "
                      f"{folder_gb(folder.parent if name == 'rl' else folder):.2f} GB)")
-    return found.line()
+    return found
 
 
-def check_resume(run: Run) -> Line:
+def check_resume(run: Run) -> Check:
     if run.kind != "shakedown":
-        return Line("resume", NOT_CHECKED, [f"a {run.kind or 'plain'} run is not asked to resume; a SHAKEDOWN=1 run "
-                                            "ends its first RL launch at step 1's checkpoint, resumes from it and must"])
+        return Check(SKIP, "resume", f"a {run.kind or 'plain'} run is not asked to resume; a SHAKEDOWN=1 run ends "
+                                     "its first RL launch at step 1's checkpoint, resumes from it and must")
     stage, record = run.stages.get("rl"), run.resume
     if stage is None or record is None:
         return verdict("resume", ["no shakedown/resume.json: the first RL launch did not end at step 1's checkpoint "
                                   "to be launched again (did it fail? logs/rl.log)"], [])
-    found = Findings("resume")
+    found = Check(OK, "resume")
     back, at = int(record["stopped_after"]), float(record["stopped_at"])
     last = back + 1
     first = record.get("first_launch", {})
@@ -163,13 +164,13 @@ def check_resume(run: Run) -> Line:
     else:
         found.bad(f"the resumed step {last} drew {len(now & earlier)} of step {back}'s {len(earlier)} prompts "
                   f"(rollouts/{last}.jsonl): the dataloader's state was not restored")
-    return found.line()
+    return found
 
 
-def check_merge(run: Run) -> Line:
+def check_merge(run: Run) -> Check:
     if run.kind not in ("shakedown", "smoke"):
-        return Line("merge", NOT_CHECKED, ["a plain run does not merge: each SFT checkpoint keeps a Hugging Face copy "
-                                           "(huggingface/)"])
+        return Check(SKIP, "merge", "a plain run does not merge: each SFT checkpoint keeps a Hugging Face copy "
+                                    "(huggingface/)")
     record, sft = run.merge, run.stages.get("sft")
     if record is None:
         return verdict("merge", ["no logs/merge.json: the SFT checkpoint was not merged and loaded "

@@ -1,15 +1,17 @@
-"""The shakedown's checklist: one line per question, pass or fail with the evidence, or "not checked" with why.
+"""The shakedown's checklist: one line per question, OK or FAIL with the evidence, or SKIP with why.
 
 What a line demands depends on the kind of run (logs/launches.jsonl): a shakedown (``SHAKEDOWN=1``) must have
 everything, the resume included; a CPU smoke everything but the resume (it never relaunches); a plain run what it
-did (no merge, no resume). A line that was not checked says so and never passes. The lines about what the run logged
-are in ``curves.py``, about what it left on disk in ``artifacts.py``; the projection is ``projection.py``'s.
+did (no merge, no resume). A line that was not checked says so (SKIP) and never passes. The lines about what the
+run logged are in ``curves.py``, about what it left on disk in ``artifacts.py``; the projection is
+``projection.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 
+from retool.checklist import Check
 from retool.shakedown.artifacts import (
     check_checkpoints,
     check_config,
@@ -26,14 +28,12 @@ from retool.shakedown.curves import (
     check_tool_calls,
     check_validation,
 )
-from retool.shakedown.lines import FAIL, NOT_CHECKED, PASS, Line, verdict
+from retool.shakedown.lines import verdict
 from retool.shakedown.projection import PAPER_ESTIMATE, full_run_name, hours, project
 from retool.shakedown.runfolder import Run
 
-__all__ = ["FAIL", "NOT_CHECKED", "PASS", "Line", "as_json", "checklist"]
 
-
-def check_speed(run: Run) -> Line:
+def check_speed(run: Run) -> Check:
     projections, _ = project(run)
     failures = [f"{p.stage}: cannot project without {', '.join(p.missing)}" for p in projections if p.missing]
     lines = [line for p in projections for line in p.lines]
@@ -55,9 +55,9 @@ CHECKS = (check_stages, check_config, check_devices, check_tensorboard, check_va
           check_reward, check_failures, check_checkpoints, check_resume, check_merge, check_memory, check_speed)
 
 
-def checklist(run: Run) -> list[Line]:
+def checklist(run: Run) -> list[Check]:
     return [check(run) for check in CHECKS]
 
 
-def as_json(lines: list[Line]) -> str:
-    return json.dumps([line.__dict__ for line in lines], indent=2)
+def as_json(checks: list[Check]) -> str:
+    return json.dumps([{"status": c.status, "name": c.name, "details": c.details} for c in checks], indent=2)

@@ -4,37 +4,28 @@
     SHAKEDOWN=1 RUN_DIR=runs/shakedown MODEL_PATH=runs/shakedown/sft_merged ./run_qwen3_4b_dapo_npu.sh
     retool-shakedown runs/shakedown
 
-Each line is pass or FAIL with its evidence (read from the folder's files: TensorBoard events, logs/failures.jsonl,
-checkpoints, logs/merge.json, shakedown/resume.json, logs/launches.jsonl), or "not checked" with why; then the
-full run's wall time projected from what was measured, beside the docs' paper estimate.
+Each line is ``[ OK ]`` or ``[FAIL]`` with its evidence (read from the folder's files: TensorBoard events,
+logs/failures.jsonl, checkpoints, logs/merge.json, shakedown/resume.json, logs/launches.jsonl), or ``[SKIP]`` with why
+(retool/checklist.py); then the full run's wall time projected from what was measured, beside the docs' paper
+estimate.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 
-from retool.shakedown.checks import FAIL, NOT_CHECKED, PASS, Line, as_json, checklist
+from retool.checklist import exit_status, render, summary
+from retool.shakedown.checks import as_json, checklist
 from retool.shakedown.runfolder import Run, RunFolderError, read_run
 
 KIND = {"shakedown": "a shakedown (SHAKEDOWN=1)", "smoke": "a CPU smoke run", "run": "a run"}
-WIDTH = 118
 
 
 def header(run: Run) -> str:
     kind = KIND.get(run.kind or "", "a run of unknown kind (no logs/launches.jsonl; checked as a plain run)")
     return f"retool-shakedown {run.folder}: {kind} on {run.device}, stages {', '.join(run.stages)}"
-
-
-def render(line: Line) -> str:
-    label = f"{line.status:<11}  {line.name:<11}  "
-    out = []
-    for i, text in enumerate(line.evidence or [""]):
-        wrapped = textwrap.wrap(text, WIDTH - len(label), subsequent_indent="  ") or [""]
-        out += [(label if i == 0 and j == 0 else " " * len(label)) + part for j, part in enumerate(wrapped)]
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,16 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     except RunFolderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    lines = checklist(run)
+    checks = checklist(run)
     if args.json:
-        print(as_json(lines))
+        print(as_json(checks))
     else:
         print(header(run))
-        print("\n".join(render(line) for line in lines))
-        counts = {status: sum(line.status == status for line in lines) for status in (PASS, FAIL, NOT_CHECKED)}
-        print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[NOT_CHECKED]} not checked"
-              + (": the long run is not ready; fix what failed and run the shakedown again" if counts[FAIL] else ""))
-    return 1 if any(line.status == FAIL for line in lines) else 0
+        print(render(checks))
+        print(f"retool-shakedown: {summary(checks)}" + (": the long run is not ready; fix what failed and run the "
+                                                        "shakedown again" if exit_status(checks) else ""))
+    return exit_status(checks)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,11 @@ import math
 import re
 from pathlib import Path
 
-from retool.doctor.checks import dig
+from retool.checklist import OK, Check
+from retool.doctor.config import dig
 from retool.failures.causes import CAUSES
 from retool.failures.limits import DEFAULTS, totals, totals_sentence
-from retool.shakedown.lines import (
-    Findings,
-    Line,
-    expected_steps,
-    required_stages,
-    span,
-    verdict,
-)
+from retool.shakedown.lines import expected_steps, required_stages, span, verdict
 from retool.shakedown.runfolder import Run, Stage
 from retool.tool_outcomes import OUTCOME_KEYS
 
@@ -47,8 +41,8 @@ def launch_minutes(stage: Stage) -> str:
     return what + (f", {took / 60:.1f} min" if ends else "")
 
 
-def check_stages(run: Run) -> Line:
-    found = Findings("stages")
+def check_stages(run: Run) -> Check:
+    found = Check(OK, "stages")
     for name in required_stages(run):
         stage = run.stages.get(name)
         if stage is None:
@@ -60,11 +54,11 @@ def check_stages(run: Run) -> Line:
         text = f"{name}: steps {span(logged)} of {len(wanted) or '?'} logged, {launch_minutes(stage)}"
         (found.bad if missing or not wanted else found.ok)(
             text + (f"; steps {span(missing)} missing: the stage did not finish (logs/{name}.log)" if missing else ""))
-    return found.line()
+    return found
 
 
-def check_tensorboard(run: Run) -> Line:
-    found = Findings("tensorboard")
+def check_tensorboard(run: Run) -> Check:
+    found = Check(OK, "tensorboard")
     for name, stage in run.stages.items():
         tags = list(SFT_TAGS if name == "sft" else RL_TAGS)
         if name == "sft" and dig(stage.config, "data.val_files"):
@@ -89,7 +83,7 @@ def check_tensorboard(run: Run) -> Line:
         else:
             found.ok(f"{name}: {len(tags)} tags at each of steps {span(steps)}, once each "
                      f"({len(stage.events.tags)} tags in all)")
-    return found.line()
+    return found
 
 
 def validation_tags(stage: Stage) -> dict[str, list[str]]:
@@ -102,7 +96,7 @@ def validation_tags(stage: Stage) -> dict[str, list[str]]:
     return out
 
 
-def check_validation(run: Run) -> Line:
+def check_validation(run: Run) -> Check:
     stage = run.stages.get("rl")
     if stage is None:
         return verdict("validation", ["no RL stage in this folder"], [])
@@ -128,7 +122,7 @@ def rl_trajectories(stage: Stage) -> int:
     return int(dig(stage.config, "data.train_batch_size", 0)) * int(dig(stage.config, "actor_rollout_ref.rollout.n", 1))
 
 
-def check_tool_calls(run: Run) -> Line:
+def check_tool_calls(run: Run) -> Check:
     stage = run.stages.get("rl")
     if stage is None:
         return verdict("tool calls", ["no RL stage in this folder"], [])
@@ -156,7 +150,7 @@ def check_tool_calls(run: Run) -> Line:
     return verdict("tool calls", failures, [text, val_text])
 
 
-def check_reward(run: Run) -> Line:
+def check_reward(run: Run) -> Check:
     stage = run.stages.get("rl")
     if stage is None:
         return verdict("reward", ["no RL stage in this folder"], [])
@@ -188,7 +182,7 @@ def latest_records(records: list[dict]) -> list[dict]:
     return list(kept.values())
 
 
-def check_failures(run: Run) -> Line:
+def check_failures(run: Run) -> Check:
     stage = run.stages.get("rl")
     if stage is None:
         return verdict("failures", ["no RL stage in this folder"], [])
@@ -236,8 +230,8 @@ def host_peak_gb(folder: Path) -> float | None:
     return max(used) / 1024 ** 2 if used else None
 
 
-def check_memory(run: Run) -> Line:
-    found = Findings("memory")
+def check_memory(run: Run) -> Check:
+    found = Check(OK, "memory")
     for name, stage in run.stages.items():
         allocated = stage.events.series(MEMORY_TAGS[name].format("allocated"))
         reserved = stage.events.series(MEMORY_TAGS[name].format("reserved"))
@@ -253,4 +247,4 @@ def check_memory(run: Run) -> Line:
     host = host_peak_gb(run.folder)
     if host is not None:
         found.ok(f"host: {host:.1f} GB in use at most (logs/memory.tsv)")
-    return found.line()
+    return found

@@ -1,47 +1,16 @@
-"""The checklist's lines: pass or FAIL with the evidence in the order found, or "not checked" with why, and the
-step arithmetic every check shares."""
+"""What the checklist's lines share: a line judged from its problems and evidence (retool/checklist.py: OK, or
+FAIL with any problem; SKIP for what a kind of run is not asked), and the step arithmetic."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from retool.checklist import FAIL, OK, Check
 from retool.shakedown.projection import planned_steps
 from retool.shakedown.runfolder import Run, Stage
 
-PASS, FAIL, NOT_CHECKED = "pass", "FAIL", "not checked"
 
-
-@dataclass
-class Line:
-    name: str
-    status: str
-    evidence: list[str] = field(default_factory=list)
-
-
-class Findings:
-    """What one line found, in the order found: evidence, and problems (any problem fails the line)."""
-
-    def __init__(self, name: str):
-        self.name, self.texts, self.failed = name, [], False
-
-    def ok(self, text: str) -> None:
-        self.texts.append(text)
-
-    def bad(self, text: str) -> None:
-        self.texts.append(text)
-        self.failed = True
-
-    def line(self) -> Line:
-        return Line(self.name, FAIL if self.failed else PASS, self.texts)
-
-
-def verdict(name: str, problems: list[str], evidence: list[str]) -> Line:
-    found = Findings(name)
-    for text in problems:
-        found.bad(text)
-    for text in evidence:
-        found.ok(text)
-    return found.line()
+def verdict(name: str, problems: list[str], evidence: list[str]) -> Check:
+    """FAIL when there is any problem, else OK; the problems first, then the evidence."""
+    return Check(FAIL if problems else OK, name, *problems, *evidence)
 
 
 def required_stages(run: Run) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from retool.doctor.checks import dig
+from retool.doctor.config import dig
 from retool.shakedown.runfolder import Run, Stage
 
 # README "Expected wall time": the paper estimate for the reference run on one Atlas A3 node (16 dies), not measured.
@@ -46,11 +46,16 @@ def capped(rows: int | None, cap: Any) -> int | None:
     return min(rows, int(cap)) if rows is not None and cap and int(cap) > 0 else rows
 
 
-def planned_steps(config: dict[str, Any]) -> int | None:
-    """The training steps verl runs for ``config``: trainer.total_training_steps, else one pass of the data per
-    epoch (rows // batch; RL's filter of overlong prompts can make it a little less)."""
-    if dig(config, "trainer.total_training_steps"):
-        return int(dig(config, "trainer.total_training_steps"))
+def planned_steps(config: dict[str, Any], count_data: bool = True) -> int | None:
+    """The training steps verl runs for ``config``: trainer.total_training_steps, else (``count_data``) one pass of
+    the data per epoch (rows // batch; RL's filter of overlong prompts can make it a little less). The console's
+    step counter passes count_data=False: verl prints its own count, exact, before step 1."""
+    try:
+        steps = int(dig(config, "trainer.total_training_steps") or 0)
+    except (TypeError, ValueError):  # not a number: verl would refuse it, the console must not stop on it
+        steps = 0
+    if steps or not count_data:
+        return steps or None
     rows = capped(parquet_rows(dig(config, "data.train_files")), dig(config, "data.train_max_samples"))
     batch = dig(config, "data.train_batch_size")
     if rows is None or not batch:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from retool.doctor.checks import dig
+from retool.doctor.config import dig
 from retool.failures.limits import read_records
 from retool.resume import LATEST, event_dirs
 

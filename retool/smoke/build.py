@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from retool.cli_options import add_options, check_minimums, from_args, option, settings
 from retool.profiles import PROFILES, get_profile
 from retool.datasets import dataset_path
 from retool.smoke import shipped_model, task
@@ -64,36 +65,43 @@ def default_aime2025() -> Path:
     return Path(env) if env else dataset_path("aime2025")
 
 
+DATA, MODEL = ("data",), ("model",)  # what an option is an input of: the manifest's data_inputs, model_inputs
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildOptions:
-    """What to build. Row counts are numbers of distinct synthetic problems (all splits are disjoint)."""
+    """What to build, and the command line of ``retool-smoke-assets`` (retool.cli_options). Row counts are numbers
+    of distinct synthetic problems (all splits are disjoint)."""
 
-    out: Path
-    sft_rows: int = 1024
-    sft_val_rows: int = 64
-    rl_rows: int = 512
-    rl_val_rows: int = 32
-    seed: int = 0
-    aime2025: Path | None = None  # None: default_aime2025()
-    aime_rows: int | None = None  # None: all rows
-    profile: str = SMOKE_PROFILE  # retool.profiles: the prompt wording and tool schema of every converted row
-    layers: int = 4
-    hidden: int = 128
-    pretrain_rows: int = 8192     # tool-using conversations, disjoint from every other split
-    pretrain: PretrainOptions = PretrainOptions()  # steps=0: no pre-training (a random model)
-    shipped_model: bool = True    # install assets/smoke_model when it fits (retool.smoke.shipped_model)
-    force: bool = False
+    out: Path = option(help="output directory (created if missing)")
+    sft_rows: int = option(1024, help="SFT training problems", minimum=1, feeds=DATA)
+    sft_val_rows: int = option(64, help="SFT validation problems", minimum=1, feeds=DATA)
+    rl_rows: int = option(512, help="RL training problems", minimum=1, feeds=DATA)
+    rl_val_rows: int = option(32, help="synthetic RL validation problems", minimum=1, feeds=DATA)
+    seed: int = option(0, help="seed of the model weights and the data", feeds=DATA + MODEL)
+    aime2025: Path | None = option(  # None: default_aime2025()
+        None, help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)")
+    aime_rows: int | None = option(None, help="keep only the first K AIME rows (default: all)", minimum=1, feeds=DATA)
+    profile: str = option(SMOKE_PROFILE, choices=sorted(PROFILES), feeds=DATA,
+                          help="retool.profiles profile whose prompt wording and tool schema the data gets (default: "
+                               "%(default)s, one prompt shape for SFT and RL; see the module docstring)")
+    layers: int = option(4, help="decoder layers of the tiny model", feeds=MODEL)
+    hidden: int = option(128, help="hidden size of the tiny model", feeds=MODEL)
+    pretrain_rows: int = option(8192, help="tool-using conversations to pre-train on (default: %(default)s)",
+                                minimum=1, feeds=DATA)
+    pretrain: PretrainOptions = PretrainOptions()  # steps=0: no pre-training (a random model); --pretrain-steps
+    shipped_model: bool = option(  # install assets/smoke_model when it fits (retool.smoke.shipped_model)
+        True, help="pre-train even when the model shipped in assets/smoke_model fits these options", feeds=MODEL)
+    force: bool = option(False, help="rebuild everything even if up to date")
 
     def model_inputs(self) -> dict[str, Any]:
-        return {"layers": self.layers, "hidden": self.hidden, "seed": self.seed, "vocabulary": "trimmed to the data",
-                "pretrain": self.pretrain.inputs(), "shipped_model": self.shipped_model}
+        return {**self._inputs("model"), "vocabulary": "trimmed to the data", "pretrain": self.pretrain.inputs()}
 
     def data_inputs(self) -> dict[str, Any]:
-        return {
-            "sft_rows": self.sft_rows, "sft_val_rows": self.sft_val_rows, "rl_rows": self.rl_rows,
-            "rl_val_rows": self.rl_val_rows, "pretrain_rows": self.pretrain_rows, "seed": self.seed,
-            "aime2025": str(self.resolved_aime()), "aime_rows": self.aime_rows, "profile": self.profile,
-        }
+        return {**self._inputs("data"), "aime2025": str(self.resolved_aime())}
+
+    def _inputs(self, part: str) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if part in settings(f).get("feeds", ())}
 
     def resolved_aime(self) -> Path:
         return Path(self.aime2025) if self.aime2025 is not None else default_aime2025()
@@ -108,11 +116,7 @@ class BuildOptions:
 
 def build_assets(opts: BuildOptions) -> dict[str, Any]:
     """Build (or keep, when up to date) every asset under ``opts.out`` and return the manifest written there."""
-    for name in ("sft_rows", "sft_val_rows", "rl_rows", "rl_val_rows", "pretrain_rows"):
-        if getattr(opts, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
-    if opts.aime_rows is not None and opts.aime_rows < 1:
-        raise ValueError(f"--aime-rows must be >= 1, got {opts.aime_rows}")
+    check_minimums(opts)
     _check_inputs(opts)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -386,37 +390,15 @@ def _parse(argv: list[str] | None) -> tuple[BuildOptions, bool]:
     p = argparse.ArgumentParser(
         prog="retool-smoke-assets",
         description="Build the tiny model, tokenizer and synthetic_arith data for the CPU smoke run (offline).")
-    p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
-    p.add_argument("--sft-rows", type=int, default=BuildOptions.sft_rows, help="SFT training problems")
-    p.add_argument("--sft-val-rows", type=int, default=BuildOptions.sft_val_rows, help="SFT validation problems")
-    p.add_argument("--rl-rows", type=int, default=BuildOptions.rl_rows, help="RL training problems")
-    p.add_argument("--rl-val-rows", type=int, default=BuildOptions.rl_val_rows, help="synthetic RL validation problems")
-    p.add_argument("--seed", type=int, default=BuildOptions.seed, help="seed of the model weights and the data")
-    p.add_argument("--aime2025", type=Path, default=None,
-                   help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)")
-    p.add_argument("--aime-rows", type=int, default=None, help="keep only the first K AIME rows (default: all)")
-    p.add_argument("--profile", choices=sorted(PROFILES), default=BuildOptions.profile,
-                   help="retool.profiles profile whose prompt wording and tool schema the data gets (default: "
-                        "%(default)s, one prompt shape for SFT and RL; see the module docstring)")
-    p.add_argument("--layers", type=int, default=BuildOptions.layers, help="decoder layers of the tiny model")
-    p.add_argument("--hidden", type=int, default=BuildOptions.hidden, help="hidden size of the tiny model")
-    p.add_argument("--pretrain-rows", type=int, default=BuildOptions.pretrain_rows,
-                   help="tool-using conversations to pre-train on (default: %(default)s)")
+    add_options(p, BuildOptions)
     p.add_argument("--pretrain-steps", type=int, default=PretrainOptions.steps,
                    help="pre-training steps (default: %(default)s; 0 keeps the random model)")
-    p.add_argument("--no-shipped-model", dest="shipped_model", action="store_false",
-                   help="pre-train even when the model shipped in assets/smoke_model fits these options")
     p.add_argument("--ship-model", action="store_true",
                    help="copy the model this build pre-trained into assets/smoke_model (retool.smoke.shipped_model)")
-    p.add_argument("--force", action="store_true", help="rebuild everything even if up to date")
     a = p.parse_args(argv)
     if a.pretrain_steps < 0:
         p.error(f"--pretrain-steps must be >= 0, got {a.pretrain_steps}")
-    return BuildOptions(out=a.out, sft_rows=a.sft_rows, sft_val_rows=a.sft_val_rows, rl_rows=a.rl_rows,
-                        rl_val_rows=a.rl_val_rows, seed=a.seed, aime2025=a.aime2025, aime_rows=a.aime_rows,
-                        profile=a.profile, layers=a.layers, hidden=a.hidden, pretrain_rows=a.pretrain_rows,
-                        pretrain=PretrainOptions(steps=a.pretrain_steps), shipped_model=a.shipped_model,
-                        force=a.force), a.ship_model
+    return from_args(BuildOptions, a, pretrain=PretrainOptions(steps=a.pretrain_steps)), a.ship_model
 
 
 def main(argv: list[str] | None = None) -> int:

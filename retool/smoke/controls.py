@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from retool.reward import compute_score
-from retool.sandbox.client import Reply
+from retool_sandbox.client import Reply
 from retool.tool import CodeInterpreterTool
 
 _INTEGER = re.compile(r"\d+")

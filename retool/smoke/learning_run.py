@@ -25,6 +25,7 @@ when and where it ran (``measured``: start time, host, commit).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -34,10 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from retool.cli_options import add_options, from_args, option
 from retool.constants import REPO_ROOT
 from retool.learning import report
 from retool.platform.cpu_dtype import host_report
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 from retool.smoke.summary import read_log_line, read_scalars, stage_times
 from retool.trainer_modes import MODES as TRAINER_MODES
 from retool.trainer_modes import off_policy
@@ -144,25 +146,38 @@ def launch(sft_model: Path, assets: Path, run_dir: Path, args: list[str], traine
                            f"{run_dir / 'logs' / 'rl.log'}")
 
 
-def run(sft_model: Path, assets: Path, run_dir: Path, steps: int | None = None, val_n: int | None = None,
-        control: str | None = None, seed: int | None = None, python: str = sys.executable,
-        trainer_mode: str = "sync", timeout_s: float = 3600) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class LearningRun:
+    """What ``run`` trains, and the command line of this module (retool.cli_options); None keeps the smoke's value."""
+
+    sft_model: Path = option(help="merged SFT model (a smoke run's sft_merged)")
+    run_dir: Path = option(help="the run's folder (learning.json, logs/, the run's outputs)")
+    assets: Path = option(REPO_ROOT / ".cache" / "smoke-assets",
+                          help="smoke assets (retool.smoke.build --out); default: %(default)s")
+    steps: int | None = option(None, help="GRPO steps (default: the smoke's)")
+    val_n: int | None = option(None, help="samples per held-out prompt at each validation (default: the smoke's)")
+    seed: int | None = option(None, help="data order and sampling seed (default: the smoke's)")
+    control: str | None = option(None, choices=CONTROLS, help="a negative control (see the module docstring)")
+    trainer_mode: str = option("sync", choices=TRAINER_MODES, help="verl's trainer (TRAINER_MODE of the launchers)")
+
+
+def run(spec: LearningRun, python: str = sys.executable, timeout_s: float = 3600) -> dict[str, Any]:
     """Train, then return (and write to run_dir/learning.json) the learning report; RuntimeError if verl failed."""
-    check_inputs(sft_model, assets)
+    check_inputs(spec.sft_model, spec.assets)
     from retool.profiles import get_profile
 
-    run_dir = run_dir.resolve()
+    run_dir = spec.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    wrong_yaml = (wrong_tool_config(get_profile(assets_profile(assets)).tool_config_path,
-                                    run_dir / "tool_wrong_result.yaml", TOOL_CONTROLS[control])
-                  if control in TOOL_CONTROLS else None)
-    args = overrides(steps, val_n, control, seed, wrong_yaml)
+    wrong_yaml = (wrong_tool_config(get_profile(assets_profile(spec.assets)).tool_config_path,
+                                    run_dir / "tool_wrong_result.yaml", TOOL_CONTROLS[spec.control])
+                  if spec.control in TOOL_CONTROLS else None)
+    args = overrides(spec.steps, spec.val_n, spec.control, spec.seed, wrong_yaml)
     measured = measured_now()
     started = time.monotonic()
-    launch(sft_model, assets, run_dir, args, trainer_mode, python, timeout_s)
-    result = report(run_dir / "validation", run_dir / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
+    launch(spec.sft_model, spec.assets, run_dir, args, spec.trainer_mode, python, timeout_s)
+    result = report(run_dir / "validation", run_dir / "rollouts", spec.assets / "data" / "rl_val_synthetic.parquet")
     scalars = read_scalars(run_dir / "tensorboard" / "rl")
-    result.update(run_settings(run_dir / "rl.resolved.yaml"), control=control, measured=measured,
+    result.update(run_settings(run_dir / "rl.resolved.yaml"), control=spec.control, measured=measured,
                   wall_s=round(time.monotonic() - started, 1), off_policy=off_policy(scalars),
                   grad_norm=scalars.get(GRAD_NORM, []))
     (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -208,20 +223,9 @@ def run_settings(resolved: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.smoke.learning_run", description=__doc__.split("\n")[0])
-    parser.add_argument("--sft-model", type=Path, required=True, help="merged SFT model (a smoke run's sft_merged)")
-    parser.add_argument("--assets", type=Path, default=REPO_ROOT / ".cache" / "smoke-assets",
-                        help="smoke assets (retool.smoke.build --out); default: %(default)s")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the smoke's)")
-    parser.add_argument("--val-n", type=int, default=None,
-                        help="samples per held-out prompt at each validation (default: the smoke's)")
-    parser.add_argument("--seed", type=int, default=None, help="data order and sampling seed (default: the smoke's)")
-    parser.add_argument("--control", choices=CONTROLS, default=None)
-    parser.add_argument("--trainer-mode", choices=TRAINER_MODES, default="sync")
-    args = parser.parse_args(argv)
+    add_options(parser, LearningRun)
     try:
-        result = run(args.sft_model, args.assets, args.run_dir, args.steps, args.val_n, args.control, args.seed,
-                     trainer_mode=args.trainer_mode)
+        result = run(from_args(LearningRun, parser.parse_args(argv)))
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from retool.doctor.config import dig
 from retool.failures.limits import read_records, totals_sentence
 from retool.failures.limits import totals as failure_totals
 from retool.trainer_modes import mode_of, off_policy, off_policy_sentence
@@ -153,26 +154,19 @@ def _resolved_configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     return configs
 
 
-def _dig(node: Any, *keys: str) -> Any:
-    for key in keys:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
 def _compute(run_dir: Path, configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The host (CPU model, flags that decide the dtype), the dtype rule's choice, and the dtypes the configs ran."""
     host_path = run_dir / "logs" / "host.json"
     compute: dict[str, Any] = json.loads(host_path.read_text()) if host_path.is_file() else {}
-    compute["sft_dtype"] = _dig(configs["sft"], "engine", "mixed_precision", "param_dtype")
-    compute["rl_dtype"] = _dig(configs["rl"], "actor_rollout_ref", "actor", "fsdp_config", "mixed_precision",
-                                 "param_dtype")
-    compute["rollout_dtype"] = _dig(configs["rl"], "actor_rollout_ref", "rollout", "dtype")
+    compute["sft_dtype"] = dig(configs["sft"], "engine.mixed_precision.param_dtype")
+    compute["rl_dtype"] = dig(configs["rl"], "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
+    compute["rollout_dtype"] = dig(configs["rl"], "actor_rollout_ref.rollout.dtype")
     return compute
 
 
 def _pretraining(sft: dict[str, Any]) -> dict[str, Any] | None:
     """The pre-training report of the model SFT started from (retool.smoke.build's manifest beside it)."""
-    model = _dig(sft, "model", "path")
+    model = dig(sft, "model.path")
     manifest = Path(model).parent / "manifest.json" if model else None
     if manifest is None or not manifest.is_file():
         return None
@@ -183,7 +177,7 @@ def _learning(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
     """First vs last validation on the held-out synthetic set (retool.learning), or why it cannot be said."""
     from retool.learning import LearningDataError, report
 
-    val_files = _dig(rl, "data", "val_files") or []
+    val_files = dig(rl, "data.val_files") or []
     synthetic = next((Path(f) for f in ([val_files] if isinstance(val_files, str) else val_files)
                       if Path(f).name == "rl_val_synthetic.parquet"), None)
     try:

@@ -109,7 +109,9 @@ class Project:
 
     def __init__(self, repo: Path = REPO):
         self.repo = repo
-        self.scripts = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["scripts"]
+        # the recipe's console scripts and those of the sandbox, its own distribution in sandbox/ (retool-sandbox)
+        self.scripts = {name: script for pyproject in (repo / "pyproject.toml", repo / "sandbox" / "pyproject.toml")
+                        for name, script in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()}
         listed = subprocess.run(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard"],
                                 capture_output=True, text=True)
         names = listed.stdout.split() if listed.returncode == 0 else [p.name for p in repo.iterdir()]

@@ -39,7 +39,7 @@ import yaml
 
 from retool.constants import REPO_ROOT
 from retool.failures.limits import read_records
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 from retool.smoke.summary import read_scalars
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]

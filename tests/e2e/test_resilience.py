@@ -40,8 +40,8 @@ from processes import processes_with
 
 from retool.constants import REPO_ROOT
 from retool.failures.limits import read_records
-from retool.sandbox.client import SandboxClient
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.client import SandboxClient
+from retool_sandbox.spawn import running_sandbox
 from ports import free_port
 from verl_tree import imported, verl_tree
 

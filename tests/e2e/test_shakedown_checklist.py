@@ -50,14 +50,14 @@ def smoke_lines(smoke_run_dir) -> dict[str, dict]:
 
 def test_the_smoke_passes_and_says_what_it_did_not_check(smoke_lines):
     assert set(smoke_lines) == ALL
-    not_checked = {name for name, line in smoke_lines.items() if line["status"] == "not checked"}
+    not_checked = {name for name, line in smoke_lines.items() if line["status"] == "SKIP"}
     assert not_checked == {"config", "resume"}
-    assert "a smoke run is not asked to resume" in smoke_lines["resume"]["evidence"][0]
-    assert all(line["status"] == "pass" for name, line in smoke_lines.items() if name not in not_checked)
-    tools = smoke_lines["tool calls"]["evidence"][0]
+    assert "a smoke run is not asked to resume" in smoke_lines["resume"]["details"][0]
+    assert all(line["status"] == "OK" for name, line in smoke_lines.items() if name not in not_checked)
+    tools = smoke_lines["tool calls"]["details"][0]
     assert tools.startswith("training: ") and " calls in 12 steps of 32 trajectories (ok " in tools
-    assert any("merge" in text or "sft_merged" in text for text in smoke_lines["merge"]["evidence"])
-    assert "RL started from it and trained 12 steps" in smoke_lines["merge"]["evidence"]
+    assert any("merge" in text or "sft_merged" in text for text in smoke_lines["merge"]["details"])
+    assert "RL started from it and trained 12 steps" in smoke_lines["merge"]["details"]
 
 
 def test_the_smoke_s_projection_is_its_own_wall_time(smoke_run_dir, smoke_lines):
@@ -141,5 +141,5 @@ def test_a_planted_defect_fails_its_line_and_no_other(smoke_run_dir, smoke_lines
     plant(run)
     code, lines = checklist(run, capsys)
     assert code == 1
-    assert failing(lines) == fails, {name: lines[name]["evidence"] for name in failing(lines)}
-    assert any(says in text for name in fails for text in lines[name]["evidence"]), lines
+    assert failing(lines) == fails, {name: lines[name]["details"] for name in failing(lines)}
+    assert any(says in text for name in fails for text in lines[name]["details"]), lines

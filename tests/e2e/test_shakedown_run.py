@@ -56,12 +56,12 @@ def lines_of(run_dir: Path, capsys) -> tuple[int, dict[str, dict]]:
 
 def test_the_shakedown_ends_with_a_checklist_that_passes_every_line(shakedown, capsys):
     assert shakedown["code"] == 0, shakedown["out"][-4000:] + shakedown["err"][-4000:]
-    assert "13 pass, 0 fail, 0 not checked" in shakedown["out"]
+    assert "retool-shakedown: 13 ok\n" in shakedown["out"]
     code, lines = lines_of(shakedown["run_dir"], capsys)
-    assert code == 0 and all(line["status"] == "pass" for line in lines.values()), lines
-    config = " ".join(lines["config"]["evidence"])
+    assert code == 0 and all(line["status"] == "OK" for line in lines.values()), lines
+    config = " ".join(lines["config"]["details"])
     assert "sft: the full run's config except trainer.total_training_steps" in config
-    resume = " ".join(lines["resume"]["evidence"])
+    resume = " ".join(lines["resume"]["details"])
     assert "the relaunch loaded global_step_1" in resume and "logged step 2 alone" in resume
     assert "its step 2 drew 8 prompts, none of step 1's" in resume
 
@@ -87,4 +87,4 @@ def test_a_resume_that_drew_step_1_s_prompts_again_fails_the_resume_line(shakedo
     (copy / "shakedown" / "resume.json").write_text(json.dumps(record))
     code, lines = lines_of(copy, capsys)
     assert code == 1 and {name for name, line in lines.items() if line["status"] == "FAIL"} == {"resume"}
-    assert any("the dataloader's state was not restored" in text for text in lines["resume"]["evidence"])
+    assert any("the dataloader's state was not restored" in text for text in lines["resume"]["details"])

@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from retool.reward import compute_score
-from retool.sandbox.client import SandboxClient
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.client import SandboxClient
+from retool_sandbox.spawn import running_sandbox
 
 pytestmark = pytest.mark.slow
 

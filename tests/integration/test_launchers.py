@@ -230,7 +230,7 @@ def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
 
 @pytest.mark.parametrize("isolation", ["rlimit", "none"])
 def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
-    from retool.sandbox.spawn import running_sandbox
+    from retool_sandbox.spawn import running_sandbox
 
     # the rlimit tier runs code as an unprivileged uid, which cannot reach a venv under /root: the system python
     with running_sandbox(isolation=isolation, slots=1, python="/usr/bin/python3") as url:

@@ -33,8 +33,8 @@ import yaml
 
 from processes import processes_with, stop_group
 from retool.constants import REPO_ROOT
-from retool.sandbox.client import SandboxClient
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.client import SandboxClient
+from retool_sandbox.spawn import running_sandbox
 from ports import free_port
 
 pytestmark = pytest.mark.verl
@@ -118,13 +118,14 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
     with running_sandbox(slots=1) as head_sandbox:
         launch = launch_two_nodes(env, rl_inputs, run_dir, head_sandbox)
         assert launch.returncode == 1, launch.stderr[-3000:]
-        assert f"error: node {SECOND_NODE} failed its check before step 1" in launch.stderr
+        assert f"[FAIL] node {SECOND_NODE}: " in launch.stderr
+        assert "error: the node check failed before step 1" in launch.stderr
         assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in launch.stderr
         assert "does not answer GET /v1/ping" in launch.stderr
         assert "start `retool-sandbox serve` on that node" in launch.stderr
-        head = f"worker environment as launched ({{}} variables); sandbox {head_sandbox}/run_code (from " \
+        head = f"worker environment as launched ({{}} variables)\n       sandbox {head_sandbox}/run_code (from " \
                f"RETOOL_SANDBOX_URL of the launch): sandbox {head_sandbox}: isolation bwrap; ran print(6*7)"
-        assert re.search(r"\[node-check\] [\d.]+: " + re.escape(head).replace(r"\{\}", r"\d+"), launch.stderr)
+        assert re.search(r"\[ OK \] node [\d.]+: " + re.escape(head).replace(r"\{\}", r"\d+"), launch.stderr)
         assert not (run_dir / "logs" / "rl.log").exists()  # verl never started
 
         env_vars = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())["ray_kwargs"]["ray_init"][
@@ -137,7 +138,9 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
             node_requests = requests(node_sandbox)
         head_requests = requests(head_sandbox)
     assert check.returncode == 0, check.stderr[-3000:]
-    passed = dict(re.findall(r"^\[node-check\] ([\d.]+): (.*)$", check.stderr, re.MULTILINE))
+    # each node's lines, joined: "[ OK ] node ADDRESS: first" and its further lines, indented under the name
+    passed = {node: "; ".join([first, *(line.strip() for line in more.splitlines())]) for node, first, more in
+              re.findall(r"^\[ OK \] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", check.stderr, re.MULTILINE)}
     assert len(passed) == 2 and SECOND_NODE in passed, check.stderr  # the head is on this host's own address
     for node, url, source in ((next(n for n in passed if n != SECOND_NODE), head_sandbox + "/run_code",
                                "RETOOL_SANDBOX_URL of the launch"),
@@ -156,9 +159,10 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
             f"'{moved}/run_code'") in resumed.stderr
     assert (f"sandbox {moved}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
             f"saved config's {head_sandbox}/run_code): sandbox {moved}: isolation bwrap") in resumed.stderr
-    warnings = [line for line in resumed.stderr.splitlines() if line.startswith("WARNING: node")]
+    warnings = [line.strip() for line in resumed.stderr.splitlines() if "this resume moved the sandbox" in line]
     assert len(warnings) == 1, resumed.stderr[-3000:]  # the head calls the new sandbox: no warning there
+    assert f"[FAIL] node {SECOND_NODE}: " in resumed.stderr  # its sandbox is down: the warning is one of its lines
     assert warnings[0].startswith(
-        f"WARNING: node {SECOND_NODE}: this resume moved the sandbox to {moved}/run_code (RETOOL_SANDBOX_URL="
+        f"this resume moved the sandbox to {moved}/run_code (RETOOL_SANDBOX_URL="
         f"{moved}/run_code; the run before it had RETOOL_SANDBOX_URL={head_sandbox}/run_code), but this node's own "
         f"RETOOL_NODE_SANDBOX_URL={node_url} overrides it: its workers call {node_url}"), warnings[0]

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from retool.constants import REPO_ROOT
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.client import SandboxClient
+from retool_sandbox.spawn import running_sandbox
 from retool.tool import SESSION_ATTRIBUTE, CodeInterpreterTool
 from retool.tool_schema import tool_schema
 from retool.tool_outcomes import PROBLEM_FIELD
@@ -196,7 +197,12 @@ async def test_per_trajectory_calls_share_an_interpreter_and_close_with_release(
     assert (await call(tool, "x + 1", agent_data=first))[0] == "42"
     text, _ = await call(tool, "x", agent_data=second)  # another trajectory: its own interpreter
     assert "NameError" in text
+    live = SandboxClient(embedded_url).health()["sessions"]["live"]
     session = getattr(first, SESSION_ATTRIBUTE)
-    await tool.close_session(session)
+    await tool.close_session(session)  # what the agent loop does when a trajectory ends
+    assert SandboxClient(embedded_url).health()["sessions"]["live"] == live - 1
     text, _ = await call(tool, "x", agent_data=first)  # closed by its client: a new, empty session
     assert "NameError" in text and first.extra_fields.get("tool_session_lost", 0) == 0
+    stateless = make_tool(embedded_url)  # a stateless tool ignores the trajectory's session
+    await call(stateless, "y = 1", agent_data=second)
+    assert "NameError" in (await call(stateless, "y", agent_data=second))[0]

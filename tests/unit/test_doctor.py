@@ -15,7 +15,7 @@ from ports import free_port
 from doctor_helpers import (QWEN3_4B, REPO, clear_run_choices, resolved_rl_config, rl_parquet,
                             tiny_model_dir)
 
-from retool.doctor.checks import FAIL, OK, SKIP, WARN
+from retool.checklist import FAIL, OK, SKIP, WARN
 from retool.doctor.cli import main
 from retool.doctor.config import ConfigError, load_config
 from retool.doctor.devices import Devices, check_devices
@@ -25,7 +25,7 @@ from retool.doctor.resources import check_memory
 from retool.doctor.sandbox import check_sandbox
 from retool.doctor.tool_config import check_tool_config
 from retool.doctor.versions import check_packages, check_patches
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 
 
 @pytest.fixture(autouse=True)
@@ -97,10 +97,10 @@ def test_sandbox_check_against_real_server() -> None:
     with running_sandbox() as url:
         check = check_sandbox(url)
         assert check.status in (OK, WARN)  # WARN only if the server fell back to isolation "none"
-        assert f"{url} runs code; isolation " in check.message
-        assert check_sandbox(url + "/run_code").message == check.message
+        assert f"{url} runs code; isolation " in check.details[0]
+        assert check_sandbox(url + "/run_code").details[0] == check.details[0]
     dead = check_sandbox(url)  # the server is stopped now
-    assert dead.status == FAIL and "does not answer GET /v1/ping" in dead.message
+    assert dead.status == FAIL and "does not answer GET /v1/ping" in dead.details[0]
     assert check_sandbox(None).status == SKIP
     assert check_sandbox("localhost:8080").status == FAIL
 
@@ -143,20 +143,21 @@ def test_packages_against_pins() -> None:
     pins = {"core": ["pyyaml>=6.0"], "extras": {"cpu": ["retool-no-such-package>=1.0", "pyarrow<1"]}, "verl": {}}
     check = check_packages(pins, "cpu")
     assert check.status == FAIL
-    assert "retool-no-such-package missing (want >=1.0)" in check.message
-    assert "pyarrow " in check.message and "(want <1)" in check.message
-    assert check.message.endswith("-> make setup")
+    assert "retool-no-such-package missing (want >=1.0)" in check.details[0]
+    assert "pyarrow " in check.details[0] and "(want <1)" in check.details[0]
+    assert check.details[0].endswith("-> make setup")
     npu = check_packages({**pins, "extras": {"npu": ["retool-no-such-package>=1.0"]}}, "npu")
-    assert npu.message.endswith("-> bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)")
+    assert npu.details[0].endswith("-> bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)")
     assert check_packages({"core": ["pyyaml>=6.0"], "extras": {}, "verl": {}}, "cpu").status == OK
 
 
 def test_patch_status() -> None:
     missing = check_patches(lambda: [("0001-a.patch", True), ("0002-b.patch", False)])
-    assert missing.status == FAIL and "not applied: 0002-b.patch" in missing.message
-    assert "-> make setup (reinstalls the pinned verl with patches/" in missing.message
+    assert missing.status == FAIL and "not applied: 0002-b.patch" in missing.details[0]
+    assert "-> make setup (reinstalls the pinned verl with patches/" in missing.details[0]
     on_npu = check_patches(lambda: [("0002-b.patch", False)], extra="npu")
-    assert "-> bash scripts/install_npu.sh" in on_npu.message and "never pip install a verl clone" in on_npu.message
+    (text,) = on_npu.details
+    assert "-> bash scripts/install_npu.sh" in text and "never pip install a verl clone" in text
     assert check_patches(lambda: [("0001-a.patch", True)]).status == OK
 
     def broken() -> list:
@@ -169,9 +170,9 @@ def test_devices_against_request() -> None:
     cpu = Devices("cpu", 1, 24.0, "2 CPU cores")
     npu_cfg = {"trainer": {"device": "npu", "n_gpus_per_node": 16, "nnodes": 1}}
     wrong = check_devices(cpu, npu_cfg)
-    assert wrong.status == FAIL and "16 x npu" in wrong.message and "torch_npu" in wrong.message
+    assert wrong.status == FAIL and "16 x npu" in wrong.details[0] and "torch_npu" in wrong.details[0]
     few = check_devices(Devices("npu", 8, 64.0), npu_cfg)
-    assert few.status == FAIL and "only 8 are visible" in few.message
+    assert few.status == FAIL and "only 8 are visible" in few.details[0]
     assert check_devices(Devices("cuda", 8, 80.0), {"trainer": {"device": "cuda", "n_gpus_per_node": 4}}).status == OK
     assert check_devices(cpu, {"trainer": {"device": "cpu", "n_gpus_per_node": 1}}).status == OK
 
@@ -183,26 +184,26 @@ def test_data_columns(tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": ["x"]}), sft)
     cfg = {"actor_rollout_ref": {}, "data": {"train_files": str(good), "val_files": str(no_agent)}}
     check = check_data(cfg)
-    assert check.status == FAIL and "no agent_name column" in check.message
+    assert check.status == FAIL and "no agent_name column" in check.details[0]
     assert check_data({"actor_rollout_ref": {}, "data": {"train_files": [str(good)]}}).status == OK
     sft_check = check_data({"data": {"train_files": str(sft), "messages_key": "messages"}})
-    assert sft_check.status == FAIL and "lacks columns ['messages']" in sft_check.message
+    assert sft_check.status == FAIL and "lacks columns ['messages']" in sft_check.details[0]
     (tmp_path / "junk.parquet").write_text("not parquet")
     assert "not a readable parquet" in check_data({"data": {"train_files": str(tmp_path / "junk.parquet"),
-                                                             "messages_key": "messages"}}).message
+                                                             "messages_key": "messages"}}).details[0]
 
 
 def test_tool_config_loads_with_verls_loader(tmp_path: Path) -> None:
     cfg = resolved_rl_config(tmp_path, tmp_path, tmp_path, tmp_path)
     check, url = check_tool_config(cfg)
-    assert check.status == OK and "code_interpreter (retool.tool.CodeInterpreterTool)" in check.message
+    assert check.status == OK and "code_interpreter (retool.tool.CodeInterpreterTool)" in check.details[0]
     assert url and url.endswith("/run_code")
     bad = tmp_path / "tool.yaml"
     bad.write_text("tools:\n  - class_name: retool.tool.CodeInterpreterTool\n    config: {type: native, "
                    "sandbox_fusion_url: 'ftp://x', bogus: 1}\n")
     cfg["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = str(bad)
     check, _ = check_tool_config(cfg)
-    assert check.status == FAIL and "does not load" in check.message
+    assert check.status == FAIL and "does not load" in check.details[0]
 
 
 # ---------------------------------------------------------------- memory
@@ -239,13 +240,13 @@ def test_memory_check_warns_when_it_cannot_fit(tmp_path: Path) -> None:
                                  "rollout": {"gpu_memory_utilization": 0.8, "tensor_model_parallel_size": 1}}}
     gpu = Devices("cuda", 1, 24.0)
     check = check_memory(cfg, None, gpu, None)
-    assert check.status == WARN and "training does not fit" in check.message and "qwen3-4b" in check.message
+    assert check.status == WARN and "training does not fit" in check.details[0] and "qwen3-4b" in check.details[0]
     # The reference layout: 16 A3 dies of 64 GB, both offloads, SP 4, TP 4.
     cfg["trainer"].update(device="npu", n_gpus_per_node=16)
     cfg["actor_rollout_ref"]["actor"].update(ulysses_sequence_parallel_size=4,
                                              fsdp_config={"param_offload": True, "optimizer_offload": True})
     cfg["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] = 4
     fits = check_memory(cfg, None, Devices("cpu", 1, 24.0), None)
-    assert fits.status == OK and "of 64 GiB" in fits.message
+    assert fits.status == OK and "of 64 GiB" in fits.details[0]
     assert check_memory({"trainer": {}, "actor_rollout_ref": {"model": {"path": "/x/other"}}}, None, gpu,
                         None).status == SKIP

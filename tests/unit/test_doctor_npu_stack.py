@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from doctor_helpers import clear_run_choices, write_yaml
 
-from retool.doctor.checks import FAIL, OK, SKIP
+from retool.checklist import FAIL, OK, SKIP
 from retool.doctor.cli import main
 from retool.doctor.versions import (NPU_IMAGE_PACKAGES, cann_info_candidates, check_npu_stack, load_pins,
                                     same_release)
@@ -59,8 +59,8 @@ def test_image_stack_matching_the_pins(tmp_path: Path, pins: dict) -> None:
     image = pins["npu_image"]
     check = check_npu_stack(NPU, pins, cann_info(tmp_path / "toolkit", image["cann"]),
                             image_site(tmp_path / "site", pins))
-    assert check.status == OK, check.message
-    assert f"torch_npu {image['torch_npu']}" in check.message and f"CANN {image['cann']}" in check.message
+    assert check.status == OK, check.details[0]
+    assert f"torch_npu {image['torch_npu']}" in check.details[0] and f"CANN {image['cann']}" in check.details[0]
 
 
 def test_mismatches_name_both_versions(tmp_path: Path, pins: dict) -> None:
@@ -69,12 +69,12 @@ def test_mismatches_name_both_versions(tmp_path: Path, pins: dict) -> None:
     info = cann_info(tmp_path / "toolkit", "8.3.RC1")
     check = check_npu_stack(NPU, pins, info, site)
     assert check.status == FAIL
-    assert f"torch_npu 2.9.0.post1 is installed, the image pins {image['torch_npu']}" in check.message
-    assert f"vllm_ascend 0.11.0rc1 is installed, the image pins {image['vllm_ascend']}" in check.message
-    assert f"CANN 8.3.RC1 is installed ({info}), the image pins {image['cann']}" in check.message
-    assert "do not pip-install torch, torch_npu, vllm or vllm_ascend over the image's stack" in check.message
-    assert image["image"] in check.message
-    assert "torch " + image["torch"] not in check.message  # the matching ones are not blamed
+    assert f"torch_npu 2.9.0.post1 is installed, the image pins {image['torch_npu']}" in check.details[0]
+    assert f"vllm_ascend 0.11.0rc1 is installed, the image pins {image['vllm_ascend']}" in check.details[0]
+    assert f"CANN 8.3.RC1 is installed ({info}), the image pins {image['cann']}" in check.details[0]
+    assert "do not pip-install torch, torch_npu, vllm or vllm_ascend over the image's stack" in check.details[0]
+    assert image["image"] in check.details[0]
+    assert "torch " + image["torch"] not in check.details[0]  # the matching ones are not blamed
 
 
 def test_cann_found_through_the_toolkit_home(tmp_path: Path, pins: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +84,7 @@ def test_cann_found_through_the_toolkit_home(tmp_path: Path, pins: dict, monkeyp
     assert cann_info_candidates()[0] == info
     assert check_npu_stack(NPU, pins, None, image_site(tmp_path / "site", pins)).status == OK
     info.write_text("package_name=Ascend-cann-toolkit\nversion=9.9.9\n")
-    assert "CANN 9.9.9 is installed" in check_npu_stack(NPU, pins, None, image_site(tmp_path / "s2", pins)).message
+    assert "CANN 9.9.9 is installed" in check_npu_stack(NPU, pins, None, image_site(tmp_path / "s2", pins)).details[0]
 
 
 def test_missing_pieces(tmp_path: Path, pins: dict) -> None:
@@ -93,14 +93,14 @@ def test_missing_pieces(tmp_path: Path, pins: dict) -> None:
     nowhere = tmp_path / "no.info"
     assert check_npu_stack({"trainer": {"device": "cpu"}}, pins).status == SKIP
     not_image = check_npu_stack(NPU, pins, nowhere, [str(empty)])
-    assert not_image.status == SKIP and "not the NPU image" in not_image.message
+    assert not_image.status == SKIP and "not the NPU image" in not_image.details[0]
     no_cann = check_npu_stack(NPU, pins, nowhere, image_site(tmp_path / "site", pins))
-    assert no_cann.status == FAIL and f"CANN's version file is not found (looked for {nowhere}" in no_cann.message
+    assert no_cann.status == FAIL and f"CANN's version file is not found (looked for {nowhere}" in no_cann.details[0]
     site = tmp_path / "partial"
     install(site, "torch_npu", pins["npu_image"]["torch_npu"])
     partial = check_npu_stack(NPU, pins, cann_info(tmp_path / "toolkit", pins["npu_image"]["cann"]), [str(site)])
     assert partial.status == FAIL and f"vllm is not installed (the image pins {pins['npu_image']['vllm']})" in \
-        partial.message
+        partial.details[0]
 
 
 def test_local_build_labels_are_the_same_release() -> None:

@@ -13,7 +13,7 @@ from doctor_helpers import REPO, clear_run_choices, rl_parquet, write_yaml
 from retool_data_helpers import two_call_row
 
 from retool.data.sft import preprocess
-from retool.doctor.checks import FAIL, OK, SKIP
+from retool.checklist import FAIL, OK, SKIP
 from retool.doctor.config import LAUNCHER, RECIPE, RESOLVED, load_config
 from retool.doctor.inputs import check_profile_data
 
@@ -42,18 +42,18 @@ def test_rl_data_against_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = rl_resolved(tmp_path, "verl_retool")
     cfg = load_config(path)
     ok = check_profile_data(cfg, RESOLVED, path)
-    assert ok.status == OK, ok.message
-    assert ok.message == ("train_verl_retool.parquet, val_verl_retool.parquet match the reference profile "
+    assert ok.status == OK, ok.details[0]
+    assert ok.details[0] == ("train_verl_retool.parquet, val_verl_retool.parquet match the reference profile "
                           "(PROFILE unset: the launchers' default)")
     monkeypatch.setenv("PROFILE", "improved")
     wrong = check_profile_data(cfg, RESOLVED, path)
     assert wrong.status == FAIL
     assert "train_verl_retool.parquet row 0: its prompt has the verl_retool wording, the improved profile writes " \
-           "qwen_boxed; convert it again: retool-data prepare --profile improved" in wrong.message
-    assert "(checked against the improved profile, PROFILE=improved)" in wrong.message
+           "qwen_boxed; convert it again: retool-data prepare --profile improved" in wrong.details[0]
+    assert "(checked against the improved profile, PROFILE=improved)" in wrong.details[0]
     monkeypatch.setenv("PROFILE", "bogus")
     unknown = check_profile_data(cfg, RESOLVED, path)
-    assert unknown.status == FAIL and "unknown profile 'bogus'" in unknown.message
+    assert unknown.status == FAIL and "unknown profile 'bogus'" in unknown.details[0]
 
 
 def test_sft_data_carries_the_profiles_tool_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,10 +62,10 @@ def test_sft_data_carries_the_profiles_tool_schema(tmp_path: Path, monkeypatch: 
                                                        "data": {"train_files": str(improved), "val_files": None}})
     cfg = load_config(path)
     reference = check_profile_data(cfg, RESOLVED, path)
-    assert reference.status == FAIL and "its tool schema is not the reference profile's" in reference.message
+    assert reference.status == FAIL and "its tool schema is not the reference profile's" in reference.details[0]
     monkeypatch.setenv("PROFILE", "improved")
     matched = check_profile_data(cfg, RESOLVED, path)
-    assert matched.status == OK and "match the improved profile (PROFILE=improved)" in matched.message
+    assert matched.status == OK and "match the improved profile (PROFILE=improved)" in matched.details[0]
 
 
 def test_a_launchers_printed_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,8 +82,8 @@ def test_a_launchers_printed_config(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_what_is_not_checked(tmp_path: Path) -> None:
     recipe = check_profile_data({"actor_rollout_ref": {}}, RECIPE, REPO / "configs" / "rl.yaml")
-    assert recipe.status == SKIP and "recipe config" in recipe.message
+    assert recipe.status == SKIP and "recipe config" in recipe.details[0]
     missing = {"actor_rollout_ref": {}, "data": {"train_files": str(tmp_path / "gone.parquet")}}
     path = write_yaml(tmp_path / "rl.resolved.yaml", missing)
     check = check_profile_data(missing, RESOLVED, path)
-    assert check.status == SKIP and f"{tmp_path / 'gone.parquet'}: see the data line" in check.message
+    assert check.status == SKIP and f"{tmp_path / 'gone.parquet'}: see the data line" in check.details[0]

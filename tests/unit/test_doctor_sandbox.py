@@ -19,10 +19,10 @@ from ports import free_port
 from doctor_helpers import (clear_run_choices, resolved_rl_config, rl_parquet, tiny_model_dir, tool_yaml,
                             write_yaml)
 
-from retool.doctor.checks import FAIL, OK, SKIP, WARN
+from retool.checklist import FAIL, OK, SKIP, WARN
 from retool.doctor.cli import main
 from retool.doctor.sandbox import check_sandbox, check_sessions
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 
 ACCEPT = "RETOOL_ACCEPT_WEAK_ISOLATION"
 NO_HEALTH = ("runs code but has no /health (SandboxFusion?): its default isolation is none (code runs as the server "
@@ -99,15 +99,16 @@ def test_tier_none_fails_an_rl_config_until_the_risk_is_accepted(monkeypatch: py
         still = check_sandbox(url, rl=True)
         monkeypatch.setenv(ACCEPT, "1")
         accepted = check_sandbox(url, rl=True)
-    assert plain.status == WARN and plain.message.endswith("model code is not isolated; restart with --isolation auto")
+    assert plain.status == WARN
+    assert plain.details[0].endswith("model code is not isolated; restart with --isolation auto")
     assert rl.status == FAIL and still.status == FAIL
-    assert f"{url} runs code; isolation none" in rl.message
+    assert f"{url} runs code; isolation none" in rl.details[0]
     for fix in ("isolation none is weaker than bwrap", "Debian/Ubuntu: apt-get install -y bubblewrap",
                 "openEuler, CentOS, RHEL: dnf install -y bubblewrap", "restart `retool-sandbox serve`",
                 "--cap-add CAP_SYS_ADMIN", 'docs/sandbox.md ("Containers")',
                 "accept the risk explicitly: RETOOL_ACCEPT_WEAK_ISOLATION=1"):
-        assert fix in rl.message
-    assert accepted.status == WARN and accepted.message.endswith("accepted with RETOOL_ACCEPT_WEAK_ISOLATION=1")
+        assert fix in rl.details[0]
+    assert accepted.status == WARN and accepted.details[0].endswith("accepted with RETOOL_ACCEPT_WEAK_ISOLATION=1")
 
 
 def test_tier_rlimit_fails_an_rl_config() -> None:
@@ -124,9 +125,9 @@ def test_tier_rlimit_fails_an_rl_config() -> None:
         plain, rl = check_sandbox(url), check_sandbox(url, rl=True)
     finally:
         server.__exit__(None, None, None)
-    assert plain.status == OK and "isolation rlimit" in plain.message
-    assert rl.status == FAIL and "isolation rlimit is weaker than bwrap" in rl.message
-    assert "apt-get install -y bubblewrap" in rl.message
+    assert plain.status == OK and "isolation rlimit" in plain.details[0]
+    assert rl.status == FAIL and "isolation rlimit is weaker than bwrap" in rl.details[0]
+    assert "apt-get install -y bubblewrap" in rl.details[0]
 
 
 def test_sandboxfusion_without_health(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,10 +136,10 @@ def test_sandboxfusion_without_health(monkeypatch: pytest.MonkeyPatch) -> None:
         rl = check_sandbox(url, rl=True)
         monkeypatch.setenv(ACCEPT, "1")
         accepted = check_sandbox(url, rl=True)
-    assert plain.status == WARN and plain.message == f"{url} {NO_HEALTH}"
-    assert rl.status == FAIL and rl.message.startswith(f"{url} {NO_HEALTH} -> ")
-    assert "dnf install -y bubblewrap" in rl.message and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in rl.message
-    assert accepted.status == WARN and NO_HEALTH in accepted.message and "accepted with" in accepted.message
+    assert plain.status == WARN and plain.details[0] == f"{url} {NO_HEALTH}"
+    assert rl.status == FAIL and rl.details[0].startswith(f"{url} {NO_HEALTH} -> ")
+    assert "dnf install -y bubblewrap" in rl.details[0] and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in rl.details[0]
+    assert accepted.status == WARN and NO_HEALTH in accepted.details[0] and "accepted with" in accepted.details[0]
 
 
 def test_doctor_exits_1_for_an_rl_run_on_a_weak_sandbox(tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -166,13 +167,13 @@ def test_per_trajectory_sessions_against_max_sessions(tmp_path: Path) -> None:
         reference = check_sessions(per_trajectory_config(tmp_path, batch=64, n=16, nnodes=1), url)
         stateless = check_sessions(per_trajectory_config(tmp_path, batch=64, n=16, nnodes=1, mode="stateless"), url)
     assert short.status == FAIL
-    assert f"{url} keeps at most 4 sessions" in short.message
+    assert f"{url} keeps at most 4 sessions" in short.details[0]
     assert "8 trajectories are in flight per node (data.train_batch_size 2 x actor_rollout_ref.rollout.n 4 / " \
-           "trainer.nnodes 1" in short.message
-    assert short.message.endswith("restart it with --max-sessions 8")
-    assert enough.status == OK and "keeps up to 4 sessions; 4 trajectories in flight per node" in enough.message
-    assert reference.status == FAIL and "--max-sessions 1024" in reference.message
-    assert stateless.status == SKIP and "stateless" in stateless.message
+           "trainer.nnodes 1" in short.details[0]
+    assert short.details[0].endswith("restart it with --max-sessions 8")
+    assert enough.status == OK and "keeps up to 4 sessions; 4 trajectories in flight per node" in enough.details[0]
+    assert reference.status == FAIL and "--max-sessions 1024" in reference.details[0]
+    assert stateless.status == SKIP and "stateless" in stateless.details[0]
 
 
 def test_sessions_disabled_or_not_kept(tmp_path: Path) -> None:
@@ -181,8 +182,8 @@ def test_sessions_disabled_or_not_kept(tmp_path: Path) -> None:
         disabled = check_sessions(cfg, url)
     with fusion_like_server() as fusion:
         absent = check_sessions(cfg, fusion)
-    assert disabled.status == FAIL and "has sessions disabled" in disabled.message
-    assert "--max-sessions 8" in disabled.message
-    assert absent.status == FAIL and "no /health: not a retool-sandbox" in absent.message
-    assert "serve retool-sandbox with --max-sessions 8" in absent.message
+    assert disabled.status == FAIL and "has sessions disabled" in disabled.details[0]
+    assert "--max-sessions 8" in disabled.details[0]
+    assert absent.status == FAIL and "no /health: not a retool-sandbox" in absent.details[0]
+    assert "serve retool-sandbox with --max-sessions 8" in absent.details[0]
     assert check_sessions(cfg, f"http://127.0.0.1:{free_port()}").status == SKIP

@@ -14,7 +14,7 @@ from ports import free_port
 from doctor_helpers import REPO, clear_run_choices, tiny_model_dir
 
 import retool.doctor.cli as doctor_cli
-from retool.doctor.checks import FAIL, NEXT, OK, Check
+from retool.checklist import FAIL, NEXT, OK, Check
 from retool.doctor.devices import Devices
 from retool.doctor.stages import DOWNLOAD, PREPARE, SANDBOX, SFT, Launchers, apply_stage, next_steps
 

@@ -223,7 +223,9 @@ def test_the_recipe_s_config_passes(tmp_path):
 
 @pytest.mark.parametrize("name", ["dapo", "gdpo", "rate_limited"])
 def test_a_reward_manager_that_drops_num_turns_is_refused_with_the_fix(tmp_path, name):
-    (problem,) = problems_of(recipe_config(tmp_path, reward__reward_manager__name=name))
+    (check,) = problems_of(recipe_config(tmp_path, reward__reward_manager__name=name))
+    (problem,) = check.details
+    assert check.name == "reward manager" and check.status == "FAIL"
     assert problem.startswith(f"reward.reward_manager.name={name}: verl's {name} reward manager does not pass")
     assert "Fix: set reward.reward_manager.name=naive" in problem
 
@@ -234,7 +236,9 @@ def test_missing_accounting_and_unwired_options_are_refused(tmp_path):
     config["trainer"]["v1"]["sampler"]["sync_refill_failed_groups"] = True
     config["trainer"]["v1"]["sampler"]["sampler_kwargs"] = {"sustained_steps": 0}
     config["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_manager_class"] = None
-    found = "\n".join(problems_of(config))
+    (check,) = problems_of(config)
+    assert check.name == "failure accounting" and len(check.details) == 6
+    found = "\n".join(check.details)
     for key in ("trainer.use_v1=false", "custom_sampler", "agent_loop_manager_class", "filter_groups",
                 "sync_refill_failed_groups", "sampler_kwargs.sustained_steps"):
         assert key in found
@@ -244,7 +248,9 @@ def test_a_tool_config_without_code_interpreter_is_refused(tmp_path):
     other = tmp_path / "tools.yaml"
     other.write_text("tools:\n  - class_name: some.Tool\n    config: {}\n    tool_schema:\n"
                      "      type: function\n      function: {name: search, description: x, parameters: {}}\n")
-    (problem,) = problems_of(recipe_config(tmp_path, actor_rollout_ref__rollout__multi_turn__tool_config_path=str(other)))
+    config = recipe_config(tmp_path, actor_rollout_ref__rollout__multi_turn__tool_config_path=str(other))
+    (check,) = problems_of(config)
+    (problem,) = check.details
     assert "code_interpreter" in problem and "Unknown function" in problem
 
 
@@ -254,7 +260,8 @@ def test_rows_without_a_ground_truth_are_named(tmp_path):
                                       {"style": "rule", "ground_truth": None}]})
     pq.write_table(rows, tmp_path / "val.parquet")
     config["data"]["val_files"] = [str(tmp_path / "val.parquet")]
-    (problem,) = problems_of(config)
+    (check,) = problems_of(config)
+    (problem,) = check.details
     assert problem.startswith(f"data.val_files: {tmp_path / 'val.parquet'} row 1 (and 1 more) has no "
                               "reward_model.ground_truth")
 
@@ -263,7 +270,10 @@ def test_the_command_exits_1_with_each_problem(tmp_path, capsys):
     path = tmp_path / "rl.resolved.yaml"
     path.write_text(json.dumps(recipe_config(tmp_path, reward__reward_manager__name="dapo")))
     assert preflight_main([str(path)]) == 1
-    assert "error: reward.reward_manager.name=dapo" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("[FAIL] reward manager: reward.reward_manager.name=dapo: ")
+    assert err.endswith("error: the config fails the preflight before verl starts: fix what the [FAIL] lines say, "
+                        "then launch again\n")
     path.write_text(json.dumps(recipe_config(tmp_path)))
     assert preflight_main([str(path)]) == 0
 

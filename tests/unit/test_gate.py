@@ -1,12 +1,12 @@
-"""retool.sandbox.gate against real sandboxes: bwrap passes, a weaker tier stops an RL launch unless accepted, and a
+"""retool.sandbox_gate against real sandboxes: bwrap passes, a weaker tier stops an RL launch unless accepted, and a
 sandbox that answers but runs no program is refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from retool.sandbox.gate import ACCEPT_VARIABLE, isolation_verdict, main, sandbox_verdict
-from retool.sandbox.spawn import running_sandbox
+from retool.sandbox_gate import ACCEPT_VARIABLE, isolation_verdict, main, sandbox_verdict
+from retool_sandbox.spawn import running_sandbox
 
 
 def test_bwrap_passes():

@@ -78,3 +78,19 @@ def test_a_circle_hidden_in_a_function_is_found(tmp_path: Path) -> None:
     (package / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                       "    from retool.profiles import check\n")
     assert circles(import_graph(tmp_path)) == [["retool.data.sft", "retool.profiles", "retool.data.sft"]]
+
+
+def test_the_sandbox_package_has_no_circle_and_imports_nothing_of_the_recipe() -> None:
+    # retool_sandbox (sandbox/) is its own distribution: the recipe depends on it, never the other way round
+    root = REPO / "sandbox"
+    graph = import_graph(root, "retool_sandbox")
+    assert {"retool_sandbox.server", "retool_sandbox.loadtest", "retool_sandbox.client"} <= set(graph)
+    assert not circles(graph), "\n".join(" -> ".join(c) for c in circles(graph))
+    offenders = []
+    for path in sorted((root / "retool_sandbox").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            offenders += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in names
+                          if name.split(".")[0] in ("retool", "verl")]
+    assert not offenders, offenders

@@ -14,7 +14,7 @@ MAX_MODULE_LINES = 450
 # Tests of the protocol itself, which write request bodies on purpose: as other clients send them (the PyPI
 # sandbox-fusion client, verl's raw payload), malformed ones the server must reject, and bodies fed straight to the
 # server's request parser.
-PROTOCOL_TESTS = {"tests/sandbox/test_contract.py", "tests/sandbox/test_units.py"}
+PROTOCOL_TESTS = {"sandbox/tests/test_contract.py", "sandbox/tests/test_units.py"}
 
 
 def python_files(*folders: str) -> list[Path]:
@@ -22,7 +22,7 @@ def python_files(*folders: str) -> list[Path]:
 
 
 def test_no_module_of_the_package_is_over_450_lines():
-    long = {str(p.relative_to(REPO_ROOT)): n for p in python_files("retool")
+    long = {str(p.relative_to(REPO_ROOT)): n for p in python_files("retool", "sandbox/retool_sandbox")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"split these modules (at most {MAX_MODULE_LINES} lines each): {long}"
 
@@ -42,12 +42,12 @@ def request_builders(path: Path) -> list[int]:
 
 
 def test_exactly_one_module_builds_run_code_requests():
-    builders = {str(p.relative_to(REPO_ROOT)): lines for p in python_files("retool", "bench", "tests", "scripts")
+    builders = {str(p.relative_to(REPO_ROOT)): lines for p in python_files("retool", "sandbox", "bench", "tests", "scripts")
                 if (lines := request_builders(p))}
-    assert "retool/sandbox/client.py" in builders, "the client no longer builds the request: this test is stale"
+    assert "sandbox/retool_sandbox/client.py" in builders, "the client no longer builds the request: this test is stale"
     others = {path: lines for path, lines in builders.items()
-              if path != "retool/sandbox/client.py" and path not in PROTOCOL_TESTS}
-    assert not others, f"build /run_code requests with retool.sandbox.client instead: {others}"
+              if path != "sandbox/retool_sandbox/client.py" and path not in PROTOCOL_TESTS}
+    assert not others, f"build /run_code requests with retool_sandbox.client instead: {others}"
 
 
 def test_the_rule_catches_a_hand_made_request(tmp_path):
@@ -76,5 +76,5 @@ def test_every_module_the_architecture_page_names_exists():
 def test_no_two_test_files_share_a_name():
     # tests/ has no __init__.py files, so pytest imports each test file by its bare name: two files of one name in
     # different folders stop `make test` at collection (each folder alone still runs)
-    names = Counter(path.name for path in (REPO_ROOT / "tests").rglob("test_*.py"))
+    names = Counter(path.name for folder in ("tests", "sandbox/tests") for path in (REPO_ROOT / folder).rglob("test_*.py"))
     assert not [name for name, n in names.items() if n > 1], names

@@ -21,10 +21,11 @@ import pytest
 import yaml
 
 from processes import processes_with
+from retool.checklist import FAIL
 from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
-from retool.sandbox.client import SandboxClient
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.client import SandboxClient
+from retool_sandbox.spawn import running_sandbox
 from ports import free_port
 
 HOST = socket.gethostname()
@@ -77,7 +78,7 @@ def test_the_check_calls_the_sandbox_the_workers_will_call_not_the_shell_s(tmp_p
         passed = node_check(path, RETOOL_SANDBOX_URL=dead_url(), VERL_PLATFORM="npu")
         requests = SandboxClient(url).health()["counters"]["requests"]
     assert passed.returncode == 0, passed.stderr
-    assert f"[node-check] {HOST}: worker environment as launched (3 variables)" in passed.stderr
+    assert f"[ OK ] node {HOST}: worker environment as launched (3 variables)\n" in passed.stderr
     assert f"sandbox {url}/run_code (from RETOOL_SANDBOX_URL of the launch)" in passed.stderr
     assert "isolation bwrap; ran print(6*7)" in passed.stderr
     assert requests == 1  # the program ran there
@@ -86,7 +87,7 @@ def test_the_check_calls_the_sandbox_the_workers_will_call_not_the_shell_s(tmp_p
     with running_sandbox(slots=1) as live:
         refused = node_check(config(tmp_path, ray_dir, url + "/run_code"), RETOOL_SANDBOX_URL=live + "/run_code")
     assert refused.returncode == 1
-    assert f"error: node {HOST} failed its check before step 1" in refused.stderr
+    assert f"[FAIL] node {HOST}: " in refused.stderr and "error: the node check failed before step 1" in refused.stderr
     assert f"sandbox {url}/run_code (from RETOOL_SANDBOX_URL of the launch)" in refused.stderr  # not the shell's
     assert "does not answer GET /v1/ping" in refused.stderr and "start `retool-sandbox serve` on that node" in \
         refused.stderr
@@ -98,7 +99,7 @@ def test_a_node_s_own_sandbox_url_wins_and_is_named(tmp_path, ray_dir):
         proc = node_check(config(tmp_path, ray_dir, url + "/run_code"), RETOOL_NODE_SANDBOX_URL=node_url)
     assert proc.returncode == 1
     assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in proc.stderr
-    assert "WARNING" not in proc.stderr  # a first launch: the node's own sandbox is how the cluster was set up
+    assert "[WARN]" not in proc.stderr  # a first launch: the node's own sandbox is how the cluster was set up
 
 
 def test_a_weak_sandbox_is_refused_unless_the_launch_accepts_it(tmp_path, ray_dir):
@@ -115,7 +116,7 @@ def test_a_weak_sandbox_is_refused_unless_the_launch_accepts_it(tmp_path, ray_di
 def test_several_nodes_without_a_cluster_stop_before_verl_starts_a_lonely_one(tmp_path, ray_dir):
     proc = node_check(config(tmp_path, ray_dir, dead_url(), nnodes=2))
     assert proc.returncode == 1
-    assert "the config asks for 2 nodes but no Ray cluster is running" in proc.stderr
+    assert "[FAIL] ray: the config asks for 2 nodes but no Ray cluster is running" in proc.stderr
     assert "ray start --head" in proc.stderr
 
 
@@ -124,8 +125,8 @@ def test_a_worker_environment_other_than_the_launch_s_is_named(monkeypatch, tmp_
     expected = Expected(tool_config=str(tmp_path / "missing.yaml"), device="npu", accept_weak=False,
                         env_vars={"HCCL_CONNECT_TIMEOUT": "1500", "TASK_QUEUE_ENABLE": "1"})
     result = check_node(expected, "10.0.0.7")
-    assert result.node == "10.0.0.7" and len(result.problems) == 2
-    env, tool = result.problems
+    assert result.name == "node 10.0.0.7" and result.status == FAIL
+    env, tool = result.details  # nothing passed: the environment and the tool config both fail
     assert "HCCL_CONNECT_TIMEOUT='120' (launched with '1500')" in env and "TASK_QUEUE_ENABLE=None" in env
     assert "is not on this node" in tool and "same path on every node" in tool
 
@@ -148,7 +149,7 @@ def test_the_environment_compared_is_the_one_a_ray_worker_received(tmp_path, ray
         path = config(tmp_path, ray_dir, url + "/run_code", runtime_env={"worker_process_setup_hook": "drop_hook.drop"})
         proc = node_check(path, PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]))
     assert proc.returncode == 1, proc.stderr
-    assert f"error: node {HOST} failed its check before step 1" in proc.stderr
+    assert f"[FAIL] node {HOST}: the worker environment differs from the launch's" in proc.stderr
     assert (f"the worker environment differs from the launch's: TENSORBOARD_DIR=None (launched with "
             f"'{tmp_path / 'tb'}')") in proc.stderr
     assert "worker_process_setup_hook" in proc.stderr  # the fix names where such a change comes from
@@ -178,13 +179,14 @@ def test_a_resume_whose_new_sandbox_url_a_node_s_own_url_overrides_says_so(tmp_p
     assert plain.returncode == 0, plain.stderr
     assert (f"sandbox {new}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
             f"saved config's {old})") in plain.stderr
-    assert "WARNING" not in plain.stderr
+    assert "[WARN]" not in plain.stderr
 
     assert overridden.returncode == 0, overridden.stderr  # the node's own sandbox works: only the warning tells
     assert f"sandbox {node_own}/run_code (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in \
         overridden.stderr
-    (warning,) = [line for line in overridden.stderr.splitlines() if line.startswith("WARNING")]
-    assert warning.startswith(f"WARNING: node {HOST}: this resume moved the sandbox to {new}/run_code "
+    assert f"[WARN] node {HOST}: " in overridden.stderr
+    (warning,) = [line.strip() for line in overridden.stderr.splitlines() if "this resume moved" in line]
+    assert warning.startswith(f"this resume moved the sandbox to {new}/run_code "
                               f"(RETOOL_SANDBOX_URL={new}/run_code; the run before it had RETOOL_SANDBOX_URL={old}), "
                               f"but this node's own RETOOL_NODE_SANDBOX_URL={node_own}/run_code overrides it")
     assert "unset RETOOL_NODE_SANDBOX_URL" in warning and "`ray start`" in warning

@@ -89,4 +89,4 @@ def test_the_launch_check_exits_1_naming_the_manager(tmp_path, capsys):
     path = tmp_path / "rl.resolved.yaml"
     path.write_text(json.dumps(own_manager(tmp_path, "DropsTurns", forwards_turns=False)))
     assert preflight_main([str(path)]) == 1
-    assert "error: reward.reward_manager 'DropsTurns' (source: importlib" in capsys.readouterr().err
+    assert "[FAIL] reward manager: reward.reward_manager 'DropsTurns' (source: importlib" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""retool.sandbox.client against real HTTP servers on 127.0.0.1: a misbehaving test server (tests/helpers/
+"""retool_sandbox.client against real HTTP servers on 127.0.0.1: a misbehaving test server (tests/helpers/
 fake_sandbox.py) and the embedded retool-sandbox. No verl here: the client is what the tool, the doctor, eval, the
 benchmark and the tests share."""
 
@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from fake_sandbox import ServerState, make_app
 
-from retool.sandbox.client import (
+from retool_sandbox.client import (
     ClientPolicy,
     SandboxClient,
     SandboxUnreachable,
@@ -19,7 +19,8 @@ from retool.sandbox.client import (
     base_url,
     run_code_url,
 )
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox import client as client_module
+from retool_sandbox.spawn import running_sandbox
 from ports import free_port
 
 FAST = ClientPolicy(run_timeout=5, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=2, retry_backoff_s=0.05,
@@ -194,3 +195,52 @@ async def test_queued_calls_get_a_deadline_that_covers_the_queue():
                                                 max_retries=0))
         replies = await asyncio.gather(*(short.run(code) for _ in range(4)))
         assert sum(r.status == "unavailable" for r in replies) >= 2
+
+
+def test_the_recipes_runtime_extra_is_the_sandboxs_and_requirements_runtime():
+    import tomllib
+
+    from retool.constants import REPO_ROOT
+
+    def extra(pyproject):
+        return sorted(tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["runtime"])
+
+    lines = (REPO_ROOT / "requirements-runtime.txt").read_text().splitlines()
+    listed = sorted(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+    assert extra(REPO_ROOT / "pyproject.toml") == extra(REPO_ROOT / "sandbox" / "pyproject.toml") == listed
+
+
+def test_the_load_tests_default_settings_are_the_tools():
+    from retool.constants import REPO_ROOT
+    from retool.tool_settings import ToolSettings
+    from retool_sandbox.load_settings import LoadSettings, load_settings
+
+    tool = ToolSettings(sandbox_fusion_url="http://127.0.0.1:1/run_code")
+    assert LoadSettings() == LoadSettings(tool.client_policy(), tool.max_concurrency, tool.session_mode)
+    assert load_settings(str(REPO_ROOT / "configs" / "tool.yaml")) == LoadSettings()
+
+
+# moved from the sandbox's own tests: they need tests/helpers' misbehaving server
+async def test_waits_for_the_clients_own_concurrency_are_not_charged_to_the_deadline(server, monkeypatch):
+    url, _ = server
+    monkeypatch.setattr(client_module, "MAX_BACKOFF_S", 0.1)
+    policy = ClientPolicy(run_timeout=1, queue_timeout_s=0, http_timeout_margin_s=0.5, max_retries=0,
+                          reconnect_budget_s=0)
+    assert policy.call_deadline() == pytest.approx(1.6)
+    # one call in flight per client: the second waits for the first, which hangs until its attempt deadline, and then
+    # gets its own full attempt (3 s in all, past the 1.6 s deadline, which counts only time on the sandbox)
+    client = SandboxClient(url + "/hang/run_code", policy, max_concurrency=1)
+    first, second = await asyncio.gather(client.run("print(1)"), client.run("print(2)"))
+    for reply in (first, second):
+        assert reply.status == "unavailable" and reply.problem == "no reply within 1.5 s", reply.problem
+        assert reply.last_attempt_s == pytest.approx(1.5, abs=0.3)
+    assert first.limit_wait_s < 0.1 and second.limit_wait_s == pytest.approx(1.5, abs=0.3)
+
+
+async def test_504_answers_are_counted(server):
+    url, seen = server
+    seen.fail_first = 2
+    policy = ClientPolicy(run_timeout=5, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=3,
+                          retry_backoff_s=0.01, reconnect_budget_s=0)
+    reply = await SandboxClient(url + "/flaky/run_code", policy).run("print(42)")
+    assert (reply.status, reply.busy_answers, reply.retries) == ("ok", 2, 2) and reply.last_attempt_s > 0

@@ -10,7 +10,7 @@ import yaml
 
 from retool.profiles import get_profile
 from retool.reward import compute_score
-from retool.sandbox.spawn import running_sandbox
+from retool_sandbox.spawn import running_sandbox
 from retool.smoke import learning_run
 from retool.smoke.controls import OffByOneTool, WrongResultTool, negated_score, off_by_one, shifted_digits
 
@@ -87,3 +87,13 @@ def test_overrides_select_seed_and_control(tmp_path):
     assert wrong[-1] in learning_run.overrides(control="off_by_one_tool", wrong_tool_yaml=tmp_path / "t.yaml")
     with pytest.raises(ValueError, match="unknown control"):
         learning_run.overrides(control="mine")
+
+
+def test_the_learning_run_command_line_reaches_the_run_s_input_checks(tmp_path, capsys):
+    args = ["--sft-model", str(tmp_path / "sft"), "--run-dir", str(tmp_path / "run"), "--assets", str(tmp_path)]
+    assert learning_run.main([*args, "--control", "negated", "--seed", "3"]) == 1
+    assert "--sft-model" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        learning_run.main([*args, "--control", "mine"])
+    spec = learning_run.LearningRun(tmp_path / "sft", tmp_path / "run")
+    assert (spec.assets.name, spec.steps, spec.control, spec.trainer_mode) == ("smoke-assets", None, None, "sync")

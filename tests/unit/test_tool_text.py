@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from retool.sandbox.client import Reply, classify
+from retool_sandbox.client import Reply, classify
 from retool.tool_schema import tool_schema
 from retool.tool_settings import ToolSettings
 from retool.tool_text import (

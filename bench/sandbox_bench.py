@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from retool.markdown_sections import replace_section  # noqa: E402
+from retool_sandbox import host, proctree  # noqa: E402
 from retool_sandbox.client import ClientPolicy, SandboxClient  # noqa: E402
 from retool_sandbox.spawn import running_sandbox  # noqa: E402
 
@@ -338,21 +339,14 @@ def _proc_tree_pss_mib(uids: range) -> float | None:
                         break
                 except (OSError, IndexError, ValueError):
                     break
-    total = 0
-    for pid in pids:
-        try:
-            rollup = (Path("/proc") / str(pid) / "smaps_rollup").read_text()
-        except OSError:
-            continue  # it exited meanwhile
-        total += sum(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
-    return total / 1024 if pids else None
+    return proctree.pss_mib(tuple(pids)) if pids else None
 
 
 def _mem_available_mib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("/proc/meminfo has no MemAvailable")
+    available = host.mem_available_mb()
+    if available is None:
+        raise RuntimeError("/proc/meminfo has no MemAvailable")
+    return float(available)
 
 
 def measure_sessions(url: str, count: int, name: str, concurrency: int) -> dict:

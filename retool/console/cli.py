@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 from retool.console.output import for_stdout
 from retool.console.startup import header, shown_path
 from retool.console.stream import Console, exit_reason
-from retool.shakedown.projection import planned_steps
+from retool.doctor.config import planned_steps
 
 TICK_S = 1.0  # redraw a terminal's status bar this often
 DRAIN_S = 10.0  # after the command exits, how long its children may stay quiet before we stop reading

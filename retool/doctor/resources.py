@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from retool.checklist import FAIL, OK, SKIP, WARN, Check
-from retool.doctor.config import ConfigError, config_kind, dig, model_path
+from retool.doctor.config import ConfigError, capped, config_kind, dig, model_path, parquet_rows, planned_steps
 from retool.doctor.devices import KNOWN_DEVICE_MEMORY_GB, Devices
 from retool.doctor.estimate import GIB, KNOWN_MODELS, checkpoint_saves, estimate_checkpoints, estimate_memory
-from retool.doctor.inputs import data_paths
 
 FP32 = ("fp32", "float32")
 DEFAULT_SAVE_CONTENTS = ["model", "optimizer", "extra"]  # verl's default for the actor and for SFT
@@ -141,23 +140,16 @@ def check_memory(cfg: dict[str, Any], hf: dict[str, Any] | None, devices: Device
 
 
 def training_steps(cfg: dict[str, Any]) -> tuple[int | None, str]:
-    """The run's optimizer steps, as verl counts them: trainer.total_training_steps, else the train rows divided by
-    data.train_batch_size (the last partial batch is dropped) times trainer.total_epochs."""
-    steps = dig(cfg, "trainer.total_training_steps")
-    if steps:
-        return int(steps), f"{int(steps)} steps (trainer.total_training_steps)"
-    import pyarrow.parquet as pq
-
-    batch = int(dig(cfg, "data.train_batch_size", 0) or 0)
-    epochs = int(dig(cfg, "trainer.total_epochs", 1) or 1)
-    try:
-        rows = sum(pq.read_metadata(path).num_rows for role, path in data_paths(cfg) if role == "train")
-    except Exception:  # missing or unreadable files: the data line says so
-        return None, "the step count is unknown (no trainer.total_training_steps, train files unreadable)"
-    if batch <= 0 or rows <= 0:
-        return None, "the step count is unknown (no trainer.total_training_steps or data.train_batch_size)"
-    steps = rows // batch * epochs
-    return steps, f"{steps} steps ({rows} train rows // batch {batch} x {epochs} epochs)"
+    """The run's optimizer steps as verl counts them (``planned_steps``), and how they were counted."""
+    steps = planned_steps(cfg)
+    if steps is None:
+        return None, ("the step count is unknown (no trainer.total_training_steps, and the train files are "
+                      "unreadable or data.train_batch_size is unset)")
+    if dig(cfg, "trainer.total_training_steps"):
+        return steps, f"{steps} steps (trainer.total_training_steps)"
+    rows = capped(parquet_rows(dig(cfg, "data.train_files")), dig(cfg, "data.train_max_samples"))
+    return steps, (f"{steps} steps ({rows} train rows // batch {dig(cfg, 'data.train_batch_size')} x "
+                   f"{dig(cfg, 'trainer.total_epochs', 1)} epochs)")
 
 
 def checkpoint_plan(cfg: dict[str, Any]) -> tuple[dict[str, Any], str, str]:

@@ -13,7 +13,7 @@ from retool.constants import REPO_ROOT
 from retool.doctor.config import dig
 from retool.resume import RESUME_FREE, config_differences, flatten
 from retool.shakedown.lines import span, verdict
-from retool.shakedown.projection import planned_steps
+from retool.doctor.config import planned_steps
 from retool.shakedown.relaunch import prompt_digests
 from retool.shakedown.runfolder import MERGED, Run, Stage
 

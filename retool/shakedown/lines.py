@@ -4,7 +4,7 @@ FAIL with any problem; SKIP for what a kind of run is not asked), and the step a
 from __future__ import annotations
 
 from retool.checklist import FAIL, OK, Check
-from retool.shakedown.projection import planned_steps
+from retool.doctor.config import planned_steps
 from retool.shakedown.runfolder import Run, Stage
 
 

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from retool.doctor.config import dig
+from retool.doctor.config import capped, dig, parquet_rows, planned_steps
 from retool.shakedown.runfolder import Run, Stage
 
 # README "Expected wall time": the paper estimate for the reference run on one Atlas A3 node (16 dies), not measured.
@@ -29,38 +29,6 @@ PAPER_ESTIMATE = ("the docs' paper estimate for the reference run on one Atlas A
 PAPER_SFT_S_PER_STEP = (6, 10)
 PAPER_RL_MIN_PER_STEP = (5, 8)
 PAPER_RL_HOURS = (12, 18)
-
-
-def parquet_rows(files: Any) -> int | None:
-    """Rows of a parquet file or list of them (the footer only); None when one cannot be read."""
-    import pyarrow.parquet as pq
-
-    paths = [files] if isinstance(files, str) else list(files or [])
-    try:
-        return sum(pq.ParquetFile(path).metadata.num_rows for path in paths) if paths else None
-    except (OSError, ValueError):
-        return None
-
-
-def capped(rows: int | None, cap: Any) -> int | None:
-    return min(rows, int(cap)) if rows is not None and cap and int(cap) > 0 else rows
-
-
-def planned_steps(config: dict[str, Any], count_data: bool = True) -> int | None:
-    """The training steps verl runs for ``config``: trainer.total_training_steps, else (``count_data``) one pass of
-    the data per epoch (rows // batch; RL's filter of overlong prompts can make it a little less). The console's
-    step counter passes count_data=False: verl prints its own count, exact, before step 1."""
-    try:
-        steps = int(dig(config, "trainer.total_training_steps") or 0)
-    except (TypeError, ValueError):  # not a number: verl would refuse it, the console must not stop on it
-        steps = 0
-    if steps or not count_data:
-        return steps or None
-    rows = capped(parquet_rows(dig(config, "data.train_files")), dig(config, "data.train_max_samples"))
-    batch = dig(config, "data.train_batch_size")
-    if rows is None or not batch:
-        return None
-    return rows // int(batch) * int(dig(config, "trainer.total_epochs", 1))
 
 
 def every(freq: Any, last: int) -> int:

@@ -221,3 +221,40 @@ def test_probe_tells_why_bwrap_cannot_start_and_what_a_container_needs():
     tiers = _probe_with_capabilities(*DOCKER_DEFAULT_CAPS, "sys_admin")
     assert "loopback" in tiers["bwrap"] and "--cap-add CAP_NET_ADMIN" in tiers["bwrap"], tiers
     assert _probe_with_capabilities(*DOCKER_DEFAULT_CAPS, "sys_admin", "net_admin")["bwrap"] == "ok"
+
+
+def test_with_more_slots_than_cores_health_says_warming_until_a_session_can_be_served(tmp_path, unused_tcp_port):
+    """Eight slots on this 2-core host take seconds to preimport numpy, scipy and sympy. Meanwhile /health says
+    "warming" and the ready line is not printed yet; ``wait_ready`` returns once it says "ready", and then the first
+    per_trajectory session works at its first try (before, it failed with "did not start: no output")."""
+    import time
+
+    from retool_sandbox.client import ClientPolicy, SandboxClient
+
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sessions under bwrap need a root server")
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "retool_sandbox", "serve", "--host", "127.0.0.1", "--port",
+                                   str(unused_tcp_port), "--slots", "8", "--isolation", "bwrap"],
+                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        client = SandboxClient(url, ClientPolicy(run_timeout=30, max_retries=0, reconnect_budget_s=0))
+        states = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "ready" not in states:
+            health = client.health()
+            if health is not None:
+                states.append(health["state"])
+                if health["state"] == "warming":
+                    assert "retool-sandbox ready at" not in log.read_text(), "the ready line came before ready"
+            time.sleep(0.05)
+        assert states[0] == "warming" and states[-1] == "ready", states
+        assert client.wait_ready(timeout=5)["state"] == "ready"
+        assert "retool-sandbox ready at" in log.read_text()
+        reply = client.run_sync("x = 6\nprint(x * 7)", session_id="first-session")
+        assert reply.status == "ok" and reply.body["run_result"]["stdout"] == "42\n", reply
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

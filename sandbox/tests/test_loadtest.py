@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -242,3 +243,85 @@ def test_sessions_that_do_not_fit_in_memory_give_way_and_say_so(tmp_path):
     # bounded: the sessions held at most a little more than the room (what cells grew by between two checks)
     assert min(summary["server_mem_available"]) >= 1000 - 150, summary["server_mem_available"]
     assert health["status"] == "ok"
+
+
+NAIVE_SERVER = '''
+"""A /run_code server shaped like SandboxFusion's, with a flaw of the same kind as its 6,000-line deadlock: it waits
+for the program to exit before it reads the pipes, so a program whose output outgrows the pipe (64 KiB) blocks
+until its timeout. /run_code and /v1/ping only: no /health, no sessions."""
+import json, subprocess, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # SandboxFusion's only health check: GET /v1/ping answers "pong"
+        body = b'"pong"' if self.path == "/v1/ping" else b'{"detail": "Not Found"}'
+        self.send_response(200 if self.path == "/v1/ping" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", request["code"]], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            proc.wait(timeout=request.get("run_timeout") or 10)
+            status = "Finished"
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            status = "TimeLimitExceeded"
+        stdout, stderr = proc.communicate()
+        run = {"status": status, "execution_time": time.monotonic() - started, "return_code": proc.returncode,
+               "stdout": stdout.decode(errors="replace"), "stderr": stderr.decode(errors="replace")}
+        ok = status == "Finished" and proc.returncode == 0
+        body = json.dumps({"status": "Success" if ok else "Failed", "message": "", "compile_result": None,
+                           "run_result": run, "executor_pod_name": None, "files": {}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+'''
+
+
+def test_another_run_code_server_is_measured_and_the_programs_it_fails_are_its_failures(tmp_path, unused_tcp_port):
+    """Pointed at a server that is not a retool-sandbox (SandboxFusion's shape: /run_code only), the load test does
+    not stop at the program the idle server already fails: it runs the whole load, counts each of that program's
+    calls as the server's failure, names it in the report, and exits 1."""
+    script = tmp_path / "naive_server.py"
+    script.write_text(NAIVE_SERVER)
+    server = subprocess.Popen([sys.executable, str(script), str(unused_tcp_port)], stdin=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", unused_tcp_port), timeout=1).close()
+                break
+            time.sleep(0.1)
+        out = tmp_path / "load.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "retool_sandbox", "loadtest", "--url", url, "--trajectories", "48",
+             "--tokens-per-s", "50000", "--baseline-calls", "0", "--timeout", "5", "--json", str(out)],
+            capture_output=True, text=True, timeout=600)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    summary = report["summary"]
+    calls = summary["calls"]
+    assert calls["ended"] == calls["planned"] > 0 and calls["lost"] == calls["hung"] == 0, calls
+    failing = {program["name"] for program in summary["failing_programs"]}
+    assert "prints a lot (300 KB)" in failing, failing
+    assert 0 < calls["fails_when_idle"] < calls["planned"] and calls["right"] > 0, calls
+    assert "the server fails 'prints a lot (300 KB)'" in done.stdout

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from retool.constants import REPO_ROOT
+from retool.doctor.config import planned_steps
 from retool.shakedown import cli, projection, relaunch
 from retool.shakedown.curves import latest_records
 from retool.shakedown.runfolder import Events, Point, Stage
@@ -33,12 +34,12 @@ def test_verl_acts_at_every_multiple_and_at_the_last_step():
 
 
 def test_planned_steps_from_the_config_or_from_the_data(tmp_path):
-    assert projection.planned_steps({"trainer": {"total_training_steps": 130}}) == 130
+    assert planned_steps({"trainer": {"total_training_steps": 130}}) == 130
     sft = {"trainer": {"total_training_steps": None, "total_epochs": 6},
            "data": {"train_files": parquet(tmp_path / "sft.parquet", 2000), "train_batch_size": 64}}
-    assert projection.planned_steps(sft) == 186  # 2,000 ReTool-SFT rows / 64 = 31 steps x 6 epochs
+    assert planned_steps(sft) == 186  # 2,000 ReTool-SFT rows / 64 = 31 steps x 6 epochs
     sft["data"]["train_files"] = str(tmp_path / "missing.parquet")
-    assert projection.planned_steps(sft) is None
+    assert planned_steps(sft) is None
 
 
 def test_a_full_validation_is_projected_from_a_step_s_generation_never_below_the_measured_one(tmp_path):

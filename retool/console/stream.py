@@ -31,6 +31,7 @@ LOG_PREFIX = re.compile(r"^(?:INFO|DEBUG):\d{4}-\d{2}-\d{2} [\d:,.]+:")
 RESUMING = re.compile(r"^Resuming from \S+")
 CHECKPOINT = re.compile(r"^Saving checkpoint to:? (?P<path>\S+)")
 READY = re.compile(r"^all initialize finished, ready to fit")
+PROGRESS = "Training Progress"  # the description of verl's RL progress bar
 # verl's replay buffer while a batch rolls out: "pending: 0, running: 70, finished: 2, failure: 0"
 GROUPS = re.compile(r"^pending: (?P<pending>\d+), running: (?P<running>\d+), finished: (?P<finished>\d+), "
                     r"failure: (?P<failure>\d+)")
@@ -230,7 +231,7 @@ class Console:
 
     def _bar(self, desc: str, done: int, total: int) -> None:
         epoch = EPOCH.search(desc)
-        if desc.endswith("Training Progress"):
+        if desc.endswith(PROGRESS):
             self.total = self.total or total
         elif epoch:
             self.total = self.total or total * int(epoch.group("epochs"))

@@ -1,14 +1,12 @@
 """The compute dtype of CPU runs: float32, unless RETOOL_CPU_DTYPE=bfloat16 asks for bf16.
 
-bf16 buys a CPU run nothing and can cost it its result:
+bf16 buys a CPU run nothing and can cost it its result (docs/performance.md, "CPU smoke run", measures both):
 
 - Where the CPU lacks native bf16 (AVX2-only x86, e.g. AMD EPYC Rome/Milan), PyTorch and oneDNN emulate bf16 matrix
-  products ~60x slower than fp32: the smoke's SFT took 235 s per step instead of ~4 s.
-- Where it has it (AVX512-BF16, AMX, Arm BF16), bf16 is hardly faster for the smoke's tiny model: bench/cpu_dtype.py
-  measured 1.05 x fp32's time on an Intel Xeon and 1.11 x on an AMD EPYC, where the smoke's SFT took 46 s against
-  68 s and its RL 251 s against 253 s. On that AMD EPYC (avx512_bf16) the smoke's GRPO raised held-out accuracy by
-  +0.07 and +0.16 in bf16 against +0.43 in fp32: the bf16 rollouts' programs computed the wrong expression far more
-  often (docs/performance.md). So float32 is the CPU default everywhere; the NPU and GPU runs keep bf16.
+  products many times slower than fp32.
+- Where it has it (AVX512-BF16, AMX, Arm BF16), bf16 is hardly faster for the smoke's tiny model, and the smoke's
+  GRPO learned far less in bf16 than in fp32: the bf16 rollouts' programs computed the wrong expression more often.
+  So float32 is the CPU default everywhere; the NPU and GPU runs keep bf16.
 
 ``RETOOL_CPU_DTYPE=bfloat16|float32`` overrides the default; the reason then says whether this CPU emulates bf16
 (no native flag, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below AVX512_CORE_BF16, the way a newer CPU is made to

@@ -33,10 +33,9 @@ _ASSISTANT_REPLY = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.
 
 @dataclasses.dataclass(frozen=True)
 class PretrainOptions:
-    # measured on the smoke's model: 1,000 steps x 16 copied every held-out digit run under teacher forcing, yet after
-    # SFT its sampled answers were right only 0.19 of the time and 12 GRPO steps did not raise that clearly
-    # (+0.078, 95% CI [-0.011, +0.167]); a prototype trained 1,200 x 32 went 0.34 -> 0.60 and 0.39 -> 0.73 in two
-    # such runs
+    # long enough that the smoke's 12 GRPO steps raise held-out accuracy clearly: shorter pre-training copies the
+    # digits under teacher forcing yet leaves sampled answers too rarely right for GRPO to learn from
+    # (docs/performance.md, "CPU smoke run")
     steps: int = 1200
     batch_size: int = 32
     lr: float = 3e-3

@@ -17,8 +17,8 @@ from retool_sandbox.isolation import Limits
 # What fork mode preimports by default, each only if its package is installed: the packages of requirements-runtime.txt
 # (sandbox/tests/test_units.py keeps their packages equal) and the submodules they import only when math code first
 # calls numpy.random, scipy.optimize or .integrate, or sympy's solve, summation, limit or integrate. Left out, each
-# session and stateless program pays that import itself: a session's first scipy.optimize.minimize took 0.54 s and
-# left 29 MiB of private memory here (docs/sandbox.md, "Preimported packages").
+# session and stateless program pays that import itself, in time and private memory (docs/sandbox.md, "Preimported
+# packages").
 DEFAULT_PREIMPORT = (
     "numpy", "numpy.random",
     "scipy", "scipy.optimize", "scipy.integrate", "scipy.special",

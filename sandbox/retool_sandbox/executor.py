@@ -50,9 +50,8 @@ log = logging.getLogger("retool_sandbox")
 
 PROGRAM_NAME = "main.py"
 _MB = 1024 * 1024
-# How long a program gets to flush after the timeout's SIGINT before SIGKILL. It normally ends in milliseconds; the
-# margin is for a loaded host. (Lost partial output once blamed on a 0.5 s grace came from an inherited ignored
-# SIGINT, fixed in inside.py.)
+# How long a program gets to flush after the timeout's SIGINT before SIGKILL: it normally ends at once; the margin
+# is for a loaded host.
 _INTERRUPT_GRACE_S = 2.0
 _DRAIN_GRACE_S = 1.0
 # A session's processes get this many times one run's CPU-seconds backstop over the session's whole life.

@@ -59,8 +59,8 @@ class SessionSandbox(ControlledSandbox):
         self.zygote = zygote  # None: a sandbox and interpreter of its own, started here
         self.pid: int | None = None  # a forked session's, once the zygote said it started
         # A forked session's interpreter, to stop and resume it between cells (and, in the bwrap tier, to kill the
-        # session): a signal by uid walks every process on the host (kill(-1) checks each), 0.3 ms with 600 live
-        # sessions, three times per cell.
+        # session): a signal by uid walks every process on the host (kill(-1) checks each), three times per cell,
+        # which grows with the live sessions (docs/sandbox.md, "Sessions").
         self.interpreter_pidfd: int | None = None
         if zygote is None:
             sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server

@@ -1,4 +1,5 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
+# make lint    ruff with the rule set in pyproject.toml ([tool.ruff]); make test runs it first
 # make test    every test, the end-to-end smoke included; installs what is missing first. Two phases: every test but
 #              tests/e2e on TEST_WORKERS pytest processes (default 2; a whole file per process), then tests/e2e alone,
 #              whose runs use every core. TEST_REPORTS=<dir> writes each phase's JUnit report there
@@ -32,8 +33,10 @@ smoke: setup
 	./run_smoke_cpu.sh
 
 TEST_WORKERS ?= 2
+LINTED := retool sandbox tests bench retool_sft_preprocess.py
 test: setup
 	@status=0; \
+	$(PY) -m ruff check $(LINTED) || status=$$?; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/e2e \
 	  $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/parallel.xml) || status=$$?; \
 	$(PY) -m pytest tests/e2e $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/e2e.xml) || status=$$?; \
@@ -66,7 +69,7 @@ bench-filter: setup
 	$(PY) bench/overlong_filter.py --output docs/performance.md
 
 lint: setup
-	$(PY) -m ruff check --select F,E9 retool sandbox tests bench retool_sft_preprocess.py
+	$(PY) -m ruff check $(LINTED)
 
 clean-runs:
 	rm -rf runs

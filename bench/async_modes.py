@@ -53,7 +53,8 @@ REFERENCE = {
 }
 SOURCES = {
     "dies": "one Atlas A3 node", "rollout_dies": "ROLLOUT_DEVICES' default, half", "rollout_tp": "configs/rl.yaml",
-    "trajectories": "configs/rl.yaml", "prompt_tokens": "estimate", "response_tokens": "README estimate", "max_response_tokens": "configs/rl.yaml",
+    "trajectories": "configs/rl.yaml", "prompt_tokens": "estimate", "response_tokens": "README estimate",
+    "max_response_tokens": "configs/rl.yaml",
     "gflop_per_token": "README", "die_tflops": "README", "mfu": "README", "decode_tokens_per_s_per_die": "README",
     "single_stream_tokens_per_s": "estimate", "weight_sync_s": "estimate",
     "max_off_policy_threshold": "configs/trainer_mode/rl",

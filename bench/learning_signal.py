@@ -6,9 +6,9 @@ of one smoke run: that smoke run's own RL stage (the smoke's seeds); the same st
 so that no tool-using answer is right unless the model computes it itself (retool.smoke.controls.WrongResultTool);
 and, as a diagnostic, the former control's tool replying one too many (retool.smoke.controls.OffByOneTool), whose
 run shows why that control's tool use rose (a slip of one makes an answer right, see the section). The controls keep
-the smoke's seeds, so each differs from the first run in one thing only. Each run validates on the same held-out synthetic
-problems before and after training. Expected: held-out accuracy rises in every seed (95% interval above 0) and rises
-in neither control; under the wrong tool no training answer is right, so no group has differing rewards and the
+the smoke's seeds, so each differs from the first run in one thing only. Each run validates on the same held-out
+synthetic problems before and after training. Expected: held-out accuracy rises in every seed (95% interval above 0) and
+rises in neither control; under the wrong tool no training answer is right, so no group has differing rewards and the
 actor's gradient is 0 at every step (the control's premise, checked), and tool use does not rise. The section it
 writes into docs/performance.md gives each run's changes with their intervals, when and on which host each ran
 (recorded by the run itself), the credit GRPO gave tool use in training (retool.learning.tool_credit; per step:

@@ -23,7 +23,8 @@ of t(N) = F + N p + R c / (N e) (below), from which it predicts the time on a 19
 figure"; `--core-slowdown` is the assumed per-core speed ratio) and writes measurement and prediction into
 docs/performance.md.
 
-    python bench/overlong_filter.py [--problems 17917] [--repeats 100] [--output docs/performance.md]   # make bench-filter
+    python bench/overlong_filter.py [--problems 17917] [--repeats 100] \\
+        [--output docs/performance.md]   # make bench-filter
     python bench/overlong_filter.py --from-facts /tmp/retool-bench-filter/facts.json   # the section again, no runs
 """
 
@@ -333,7 +334,8 @@ def render(facts: dict[str, Any]) -> str:
         "",
         f"Each worker's job was a {one['job_mb']:.0f} MB pickle (the filter function with verl's dataset object and "
         f"the tokenizer); a worker's resident memory counts pages it shares with the main process, which peaked at "
-        f"{runs['configured']['peak_rss_mb']:.0f} MB in the configured run. A relaunch of verl's dataset on the same datasets cache filtered again "
+        f"{runs['configured']['peak_rss_mb']:.0f} MB in the configured run. A relaunch of verl's dataset on the same "
+        f"datasets cache filtered again "
         f"({relaunch['filter_s']:.1f} s for {relaunch['rows_in']} rows; the cache then held "
         f"{relaunch['filter_cache_sets']} sets of filter results): the filter's fingerprint differs from one process "
         f"to the next, so a resume never reuses a launch's filter results.", "",
@@ -344,7 +346,8 @@ def render(facts: dict[str, Any]) -> str:
         f"Paper figure, a {TARGET_CORES}-core Kunpeng (aarch64) host, each core assumed {facts['core_slowdown']:g} x "
         f"slower than this one's for this work (Python, Jinja, the tokenizers' Rust): verl's filter over every row "
         f"takes **{d['verl_one_s'] / 60:.0f} min** with 1 worker (verl's default), and "
-        f"{d['verl_fastest_s'] / 60:.1f} min at best ({d['fastest']} worker{'s' if d['fastest'] > 1 else ''}: the parent pickles each worker's job "
+        f"{d['verl_fastest_s'] / 60:.1f} min at best ({d['fastest']} worker{'s' if d['fastest'] > 1 else ''}: "
+        f"the parent pickles each worker's job "
         f"in turn, so more workers cost more than they save), at every launch and every resume. The configured "
         f"`DistinctPromptFilterDataset` with `filter_overlong_prompts_workers: {d['configured']}` takes "
         f"**{d['configured_s']:.0f} s** for the training file and {d['configured_val_s']:.0f} s for the "

@@ -45,8 +45,8 @@ def render(facts: dict) -> str:
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     before, after = facts["sessions_before_outage"], facts["sessions_after_restart"]
     lines += ["", f"Sessions: before the outage the sandbox had started {before['started']} and closed "
-                  f"{before['closed']} (each at its trajectory's end); the restarted sandbox started {after['started']} "
-                  f"and closed {after['closed']}, {after.get('died', 0)} died, and evicted "
+                  f"{before['closed']} (each at its trajectory's end); the restarted sandbox started "
+                  f"{after['started']} and closed {after['closed']}, {after.get('died', 0)} died, and evicted "
                   f"{sum(v for k, v in after.items() if k.startswith('evicted'))}.", ""]
     return "\n".join(lines)
 

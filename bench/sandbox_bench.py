@@ -95,10 +95,10 @@ def _run_batch(pool: ThreadPoolExecutor, call, code: str, n: int) -> tuple[list[
 def _cells(sides: dict, code: str, concurrency: int, requests: int, warmup: int) -> dict[str, dict]:
     """Every side of one row, alternating halves (S, B, S, B) so drifting background load hits all alike."""
     samples: dict[str, list[float]] = {side: [] for side in sides}
-    walls = {side: 0.0 for side in sides}
+    walls = dict.fromkeys(sides, 0.0)
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for call in sides.values():
-            list(pool.map(lambda _: call(code), range(warmup)))
+            list(pool.map(call, [code] * warmup))
         for half in (requests // 2, requests - requests // 2):
             for side, call in sides.items():
                 latencies, wall = _run_batch(pool, call, code, half)

@@ -47,7 +47,8 @@ def commands(stage: str, run_dir: Path) -> list[str]:
                 f"retool-shakedown {run_dir}"]
     if stage == "sft":
         return [f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
-                f"python -m verl.model_merger merge --backend fsdp --local_dir {step} --target_dir {run_dir / 'merged'}",
+                f"python -m verl.model_merger merge --backend fsdp --local_dir {step} "
+                f"--target_dir {run_dir / 'merged'}",
                 f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} {rl_launcher}"]
     return [f"# RL done: {step}. Curves and a report, then evaluate the merged actor:",
             f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'} --output {run_dir / 'report'}",
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the stage's run folder (RUN_DIR)")
     args = parser.parse_args(argv)
     if not (args.run_dir / f"{args.stage}.resolved.yaml").is_file():
-        print(f"error: {args.run_dir} holds no {args.stage}.resolved.yaml: not a {args.stage} run folder", file=sys.stderr)
+        print(f"error: {args.run_dir} holds no {args.stage}.resolved.yaml: not a {args.stage} run folder",
+              file=sys.stderr)
         return 1
     print("\n".join(commands(args.stage, args.run_dir)))
     return 0

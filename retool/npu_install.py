@@ -168,13 +168,15 @@ def install(python: str, requirements: Path | None, extra: list[str], constraint
         planned = planned_changes(report, before)
         if planned:
             raise refusal(planned)
-        names = sorted(f"{item['metadata']['name']} {item['metadata']['version']}" for item in report.get("install", []))
+        names = sorted(f"{item['metadata']['name']} {item['metadata']['version']}"
+                       for item in report.get("install", []))
         print(f"dry run: pip would install {len(names)} packages, none of the image's stack:\n  " + "\n  ".join(names))
         return before
     _verify(python, before, "pip install of the requirements")
     if with_verl:
         # pip reads PIP_CONSTRAINT as a space-separated list: the user's own constraints stay in force.
-        env = {**os.environ, "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT"), str(constraints)]))}
+        env = {**os.environ,
+               "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT"), str(constraints)]))}
         cmd = [python, "-m", "retool.verl_install", "install", "--python", python, "--source", verl_source]
         print(f"$ PIP_CONSTRAINT='{env['PIP_CONSTRAINT']}' {' '.join(cmd)}", flush=True)
         if subprocess.run(cmd, cwd=REPO_ROOT, env=env).returncode != 0:

@@ -45,6 +45,8 @@ RESUME_FREE = (
     "trainer.resume_mode",
     "trainer.val_before_train",
 )
+# Worker variables each launch sets anew: verl's metric stream, a file per launch (scripts/launch.sh).
+PER_LAUNCH = ("VERL_FILE_LOGGER_PATH:",)
 LATEST = "latest_checkpointed_iteration.txt"
 # The workers' environment of the run before this resume and of this launch, for the node check: a node's own
 # RETOOL_NODE_SANDBOX_URL still wins over a new RETOOL_SANDBOX_URL there, and it says so (retool/node_check.py).
@@ -80,7 +82,8 @@ def worker_env(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:
-    """Write the new launch's worker environment into the saved config verl will run; returns what changed."""
+    """Write the new launch's worker environment into the saved config verl will run; returns what changed, but for
+    the keys every launch sets anew (``PER_LAUNCH``)."""
     from omegaconf import OmegaConf  # Hydra's own YAML reader and writer: every other value stays as verl wrote it
 
     saved = OmegaConf.load(saved_path)
@@ -100,7 +103,7 @@ def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:
         partial = saved_path.with_name(f".{saved_path.name}.env")
         OmegaConf.save(saved, partial)
         partial.replace(saved_path)  # whole or not at all
-    return changed
+    return [change for change in changed if not change.startswith(PER_LAUNCH)]
 
 
 def event_dirs(stage: str, run_dir: Path, saved: dict[str, Any]) -> list[Path]:

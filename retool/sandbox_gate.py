@@ -26,8 +26,8 @@ HOW_TO_FIX = (
     "install bubblewrap where the sandbox runs (Debian/Ubuntu: apt-get install -y bubblewrap; openEuler, CentOS, "
     "RHEL: dnf install -y bubblewrap) and restart `retool-sandbox serve`; inside a container bwrap also needs "
     "--privileged, or --cap-add CAP_SYS_ADMIN --cap-add CAP_NET_ADMIN with the security options that "
-    "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker tier "
-    f"anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
+    "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker "
+    f"tier anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
 )
 # One attempt, no waiting for a server that is not there: the gate reports, the run's client rides out restarts.
 PROGRAM_POLICY = ClientPolicy(run_timeout=30, queue_timeout_s=30, max_retries=0, reconnect_budget_s=0)

@@ -39,9 +39,10 @@ class CodeInterpreterTool(BaseTool):
     """verl BaseTool running Python in a /run_code sandbox.
 
     ``execute`` returns (ToolResponse(text=...), 0.0, metrics); metrics hold status ("ok", "error_exit", "timeout",
-    "sandbox_error", "unavailable", "bad_input", "tool_exception" when this class itself failed), timed_out, sandbox_error, session_lost, retries, truncated_chars
-    and latency_s. verl 0.9.1's ToolAgentLoop discards them, so each call is also counted into its trajectory's
-    ``agent_data.extra_fields`` (retool.tool_outcomes), which reaches the reward, TensorBoard and the agent loop.
+    "sandbox_error", "unavailable", "bad_input", "tool_exception" when this class itself failed), timed_out,
+    sandbox_error, session_lost, retries, truncated_chars and latency_s. verl 0.9.1's ToolAgentLoop discards them, so
+    each call is also counted into its trajectory's ``agent_data.extra_fields`` (retool.tool_outcomes), which reaches
+    the reward, TensorBoard and the agent loop.
 
     With ``session_mode: per_trajectory`` the calls of one trajectory share one retool-sandbox session. verl 0.9.1's
     ToolAgentLoop creates and releases a tool instance around every call, so the trajectory is the ``agent_data``

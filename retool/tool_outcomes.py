@@ -12,7 +12,8 @@ the run hit its time limit; ``tool_unavailable`` no result (sandbox down, HTTP e
 ``tool_truncated`` the output was cut to ``max_output_chars``; ``tool_retried`` the call needed at least one retry
 (a busy or restarting sandbox, retool_sandbox.client); ``tool_session_lost`` a session call found its
 session's earlier state gone (the sandbox restarted or evicted it); ``trajectory_masked`` 1 when the recipe's agent
-loop kept the trajectory out of the loss because a call got no answer (retool.agent_loop). Kept free of verl imports (the reward imports it).
+loop kept the trajectory out of the loss because a call got no answer (retool.agent_loop). Kept free of verl imports
+(the reward imports it).
 
 The first problem of a trajectory's calls that got no answer (the sandbox's reason, or the tool's traceback) rides
 along in ``extra_fields[PROBLEM_FIELD]`` until the recipe's agent-loop worker takes it out for the failure ledger

@@ -49,7 +49,8 @@ def thin_launcher(target: Path) -> str:
     """A launcher that runs ``target`` with the same arguments and environment."""
     quoted = "'" + str(target).replace("'", "'\\''") + "'"
     return (f"#!/usr/bin/env bash\n# {MARKER}: runs the ReTool recipe's own launcher from its checkout.\n"
-            f"# Arguments (Hydra overrides) and the environment (DRY_RUN, PROFILE, MODEL_PATH, DATA_DIR, ...) pass on.\n"
+            f"# Arguments (Hydra overrides) and the environment (DRY_RUN, PROFILE, MODEL_PATH, DATA_DIR, ...) "
+            f"pass on.\n"
             f"exec bash {quoted} \"$@\"\n")
 
 

@@ -117,6 +117,14 @@ RUN_DIR="$(realpath -m "$RUN_DIR")"  # absolute: Hydra reads the resolved config
 export RUN_DIR RETOOL_RUN_DIR="$RUN_DIR"
 # verl's TensorBoard logger (and its validation-generations TEXT tab) writes where this points.
 export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/$STAGE}"
+# verl's metric stream (its `file` tracker in trainer.logger), which the console view reads: each launch of the run
+# folder its own numbered file, since verl truncates the file it opens.
+LAUNCH_NO=1
+for earlier in "$RUN_DIR/logs/metrics/$STAGE"-*.jsonl; do
+  number="${earlier##*-}"; number="${number%.jsonl}"
+  [[ ! "$number" =~ ^[0-9]+$ ]] || (( number < LAUNCH_NO )) || LAUNCH_NO=$(( number + 1 ))
+done
+export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics/$STAGE-$LAUNCH_NO.jsonl"
 
 HYDRA_ARGS=(--config-path "$REPO_DIR/configs" --config-name "$CONFIG_NAME" "device/$STAGE=$DEVICE"
             "profile/$STAGE=$PROFILE")
@@ -126,7 +134,8 @@ if [[ "$STAGE" == rl ]]; then
     "configs/trainer_mode/rl/$TRAINER_MODE.yaml (expected sync, colocate_async or separate_async)" >&2; exit 2; }
   HYDRA_ARGS+=("trainer_mode/rl=$TRAINER_MODE")
   RUNTIME_ENV="+ray_kwargs.ray_init.runtime_env.env_vars"
-  HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'")
+  HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'"
+               "$RUNTIME_ENV.VERL_FILE_LOGGER_PATH='$VERL_FILE_LOGGER_PATH'")
   [[ -z "${RETOOL_SANDBOX_URL:-}" ]] || HYDRA_ARGS+=("$RUNTIME_ENV.RETOOL_SANDBOX_URL='$RETOOL_SANDBOX_URL'")
   # Ray puts this launch's folder first on every worker's sys.path (on every node): the hook takes it out again.
   # PYTHONSAFEPATH for what the workers start, also where `ray start` brought them up without this environment.
@@ -146,7 +155,7 @@ if [[ "${DRY_RUN:-0}" == "1" ]]; then
   exec "${COMPOSE[@]}" "$@" "${SHAKEDOWN_ARGS[@]}" --cfg job --resolve
 fi
 
-mkdir -p "$RUN_DIR/logs"
+mkdir -p "$RUN_DIR/logs/metrics"
 RESOLVED="$STAGE.resolved.yaml"
 RESUME_ARGS=()
 RESUMING=false

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from retool.console.output import for_stdout
+from retool.console.sources import Sources
 from retool.console.startup import header, shown_path
 from retool.console.stream import Console, exit_reason
-from retool.doctor.config import planned_steps
+from retool.doctor.config import dig, planned_steps
 
 TICK_S = 1.0  # redraw a terminal's status bar this often
 DRAIN_S = 10.0  # after the command exits, how long its children may stay quiet before we stop reading
@@ -129,8 +130,18 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def sources(config: dict[str, Any], metrics: Path | None) -> Sources:
+    """What the stage will write that the console can read: verl's metric stream when ``trainer.logger`` has its
+    ``file`` tracker and the launch named the file; the checkpoint folder when the config names one."""
+    loggers = dig(config, "trainer.logger", None) or []
+    checkpoints = dig(config, "trainer.default_local_dir", None)
+    return Sources(metrics=metrics if metrics and "file" in loggers else None,
+                   checkpoints=Path(checkpoints) if checkpoints else None)
+
+
 def run_command(stage: str, log: Path, command: list[str] | None, header_lines: list[str], *, verbose: bool,
-                total: int | None = None, validates_first: bool = False, env: dict[str, str] | None = None) -> int:
+                total: int | None = None, validates_first: bool = False, env: dict[str, str] | None = None,
+                stage_sources: Sources | None = None) -> int:
     """Run ``command`` (None: read stdin; ``env``: its environment, default this one's) with its output appended to
     ``log`` and shown on the console; its exit status."""
     console = None
@@ -139,7 +150,7 @@ def run_command(stage: str, log: Path, command: list[str] | None, header_lines: 
             print(f"[{stage}] {line}", flush=True)
     else:
         console = Console(stage, for_stdout(), shown_path(log), total=total, validates_first=validates_first,
-                          header=header_lines)
+                          header=header_lines, sources=stage_sources)
     sink = Sink(log, console)
     child = None
     if command:
@@ -164,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
                                   if config else [f"full log: {shown_path(args.log)}"])
     return run_command(args.stage, args.log, args.command, lines, verbose=args.verbose,
                        total=planned_steps(config, count_data=False),
-                       validates_first=bool((config.get("trainer") or {}).get("val_before_train", False)))
+                       validates_first=bool((config.get("trainer") or {}).get("val_before_train", False)),
+                       stage_sources=sources(config, args.metrics))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -175,6 +187,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="for the start-up lines")
     parser.add_argument("--profile", default=None, help="for the start-up lines")
     parser.add_argument("--header", action="append", default=[], help="a start-up line instead of the config's")
+    parser.add_argument("--metrics", type=Path, default=os.environ.get("VERL_FILE_LOGGER_PATH") or None,
+                        help="verl's metric stream, read when the config's trainer.logger has 'file' "
+                             "(default: $VERL_FILE_LOGGER_PATH, which scripts/launch.sh sets)")
     parser.add_argument("--verbose", action="store_true", default=verbose_requested(),
                         help="print the output unchanged (default: on when VERBOSE=1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (else: read stdin)")

@@ -4,11 +4,14 @@
     [rl] validation at step 12: acc mean@4: aime_2025 0.000, synthetic_arith 0.527 | turns 3.4
     [rl] error: ValueError: ... (trainer_base.py:812 in fit)
 
-Kept: verl's step lines (retool.console.view), validations, checkpoints, resume, the moment the workers are ready,
-warnings and errors (retool.console.notices), the innermost exception of every traceback, the recipe's own messages
-(``retool: ...``). Dropped from the console (not from the log): config dumps, progress bars of loading, Ray and vLLM
-start-up chatter, traceback frames. When the stage fails, ``finish`` prints the last lines of its output and where
-the whole log is.
+Steps and validations (retool.console.view), the end of start-up and checkpoints come from the files the stage
+writes (retool.console.sources: verl's metric stream and checkpoint marker), read at every ``tick``; without them
+(a pipe of verl's output) from verl's lines for the same facts. From the output: warnings and errors
+(retool.console.notices), the innermost exception of every traceback, the recipe's own messages (``retool: ...``),
+the number of steps verl's progress bars show and the prompt groups its replay buffer reports (nothing structured
+holds these). tests/unit/test_console_upstream.py finds each scraped text in the pinned stack. Dropped from the
+console (not from the log): config dumps, progress bars of loading, Ray and vLLM start-up chatter, traceback frames.
+When the stage fails, ``finish`` prints the last lines of its output and where the whole log is.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from retool.console.lines import EPOCH, TOTAL_STEPS, Level, clean, is_exception_
     parse_step, segments
 from retool.console.notices import Notices
 from retool.console.output import Plain, bar
+from retool.console.sources import JsonLines, Sources, latest_checkpoint, step_metrics
 from retool.console.startup import shown_path
 
 LOG_PREFIX = re.compile(r"^(?:INFO|DEBUG):\d{4}-\d{2}-\d{2} [\d:,.]+:")
@@ -45,6 +49,7 @@ BLOCK_LINES = 20  # shown lines at most
 # the failure accounting's line per batch with failures; training steps show them in their own line
 FAILED_BATCH = re.compile(r"^WARNING retool failures step (?P<step>\d+) \((?P<partition>\w+)\): (?P<text>.*)$")
 PARTIAL_LIMIT = 1 << 20  # a "line" longer than this is handled in pieces
+POLL_S = 0.5  # read the stage's files at most this often
 TAIL_LINES = 15
 
 
@@ -87,7 +92,7 @@ class Console:
     ``finish`` with the stage's exit status."""
 
     def __init__(self, stage: str, out: Plain, log_name: str, *, total: int | None = None,
-                 validates_first: bool = False, header: Iterable[str] = (),
+                 validates_first: bool = False, header: Iterable[str] = (), sources: Sources | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.tag, self.out, self.log_name, self.clock = f"[{stage}]", out, log_name, clock
         self.total, self.validates_first = total, validates_first
@@ -105,6 +110,11 @@ class Console:
         self.note = ""  # the status bar's detail of the current phase (prompt groups done)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._partial = ""
+        sources = sources or Sources()
+        self.metrics = JsonLines(sources.metrics) if sources.metrics else None
+        self.checkpoints = sources.checkpoints
+        self.checkpoint = latest_checkpoint(self.checkpoints)  # a resumed stage's: not announced again
+        self.polled = float("-inf")
         for line in header:
             self.say(line)
         self.tick()
@@ -135,7 +145,25 @@ class Console:
         return f"{self.tag} " + " | ".join(parts)
 
     def tick(self) -> None:
+        if self.clock() - self.polled >= POLL_S:
+            self.poll()
         self.out.status(self.status())
+
+    def poll(self) -> None:
+        """What the stage wrote to its files since the last poll: training begun, steps, a new checkpoint."""
+        self.polled = self.clock()
+        if self.metrics is not None:
+            if self.phase == "starting" and self.metrics.exists():
+                self._ready()
+            for record in self.metrics.new():
+                found = step_metrics(record)
+                if found:
+                    self._step(*found)
+        if self.checkpoints is not None:
+            step = latest_checkpoint(self.checkpoints)
+            if step is not None and step != self.checkpoint:
+                self.checkpoint = step
+                self.say(f"checkpoint: {shown_path(self.checkpoints / f'global_step_{step}')}")
 
     # ------------------------------------------------------------------ input
 
@@ -165,7 +193,8 @@ class Console:
             return
         step = parse_step(text)
         if step:
-            self._step(*step)
+            if self.metrics is None:  # else the metric stream has the same numbers
+                self._step(*step)
             return
         failed = FAILED_BATCH.match(text)
         if failed:
@@ -274,14 +303,13 @@ class Console:
         total = TOTAL_STEPS.search(text)
         if total and not self.total:
             self.total = int(total.group("total"))
-        if RESUMING.match(text):
-            self.say(text)
-        elif CHECKPOINT.match(text):
-            self.say(f"checkpoint: {shown_path(CHECKPOINT.match(text).group('path'))}")
+        if RESUMING.match(text) or CHECKPOINT.match(text):
+            if self.checkpoints is None:  # else the launch said where it resumes, and the marker tells saves
+                self.say(text if RESUMING.match(text) else
+                         f"checkpoint: {shown_path(CHECKPOINT.match(text).group('path'))}")
         elif READY.match(text):
-            self.say(f"workers ready after {view.duration(self.clock() - self.started)}"
-                     + ("; validating before training" if self.validates_first else ""))
-            self._phase("validating" if self.validates_first else "ready")
+            if self.metrics is None:  # else the metric stream's file marks it
+                self._ready()
         elif GROUPS.match(text):
             groups = {key: int(value) for key, value in GROUPS.match(text).groupdict().items()}
             self.note = f"{groups['finished']}/{sum(groups.values())} prompts done" + (
@@ -290,6 +318,13 @@ class Console:
             self._samples(SAMPLES.match(text))
         elif text.startswith(OWN_PREFIX):
             self.say(text[len(OWN_PREFIX):])
+
+    def _ready(self) -> None:
+        """verl's workers are up and training begins (with the validation before it, if any)."""
+        if self.validates_first or self.metrics is None:
+            self.say(f"workers ready after {view.duration(self.clock() - self.started)}"
+                     + ("; validating before training" if self.validates_first else ""))
+        self._phase("validating" if self.validates_first else "ready")
 
     def _samples(self, match: re.Match) -> None:
         """retool-eval's progress: every update on a terminal's bar, a line at each tenth of the way."""
@@ -317,6 +352,7 @@ class Console:
         if self._partial:
             self.handle(self._partial)
             self._partial = ""
+        self.poll()  # what the stage wrote just before it ended
         for source in list(self.tracebacks):  # tracebacks the end of the output cut off
             self._end_traceback(source)
         self.out.status("")

@@ -9,7 +9,7 @@ modelscope``; ``MODELSCOPE_DOMAIN`` selects its site):
 |---|---|---|---|
 | retool_sft | JoeYing/ReTool-SFT | AI-ModelScope/ReTool-SFT | 2,000 rows |
 | dapo_math_17k | BytedTsinghua-SIA/DAPO-Math-17k | BytedTsinghua-SIA/DAPO-Math-17k | 1,791,700 rows |
-| aime_2025 | yentinglin/aime_2025 | none: the recipe's own copy (retool/datasets/aime2025, the same 30 problems) | 30 rows |
+| aime_2025 | yentinglin/aime_2025 | none: the recipe's copy (retool/datasets/aime2025, same 30 problems) | 30 rows |
 | model | Qwen/Qwen3-4B-Instruct-2507 | Qwen/Qwen3-4B-Instruct-2507 | config, tokenizer, every weight shard |
 
 DAPO-Math-17k holds each of its 17,917 problems 100 times; the reference trained on it as downloaded.

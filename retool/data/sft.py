@@ -86,7 +86,8 @@ def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None,
     """Convert one raw ReTool-SFT row into chat `messages` with tool calls (see the module docstring).
 
     Raises ConversionError (with `.kind`) when the row cannot be converted. If `repairs` is given, the kinds of the
-    repairs applied to this row are appended to it. `prompt_style` ("verl_retool" or "qwen_boxed") picks the user turn."""
+    repairs applied to this row are appended to it. `prompt_style` ("verl_retool" or "qwen_boxed") picks the
+    user turn."""
     check_prompt_style(prompt_style)
     repairs = [] if repairs is None else repairs
     if not isinstance(row, Mapping) or row.get("messages") is None:

@@ -74,7 +74,8 @@ def memory_inputs(cfg: dict[str, Any]) -> dict[str, Any]:
             tokens = int(actor.get("ppo_micro_batch_size_per_gpu") or 1) * (prompt + response) // sp
         return dict(world=world, tokens=max(tokens, 1),
                     grad_ckpt=bool(dig(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
-                    param_offload=bool(fsdp.get("param_offload")), optimizer_offload=bool(fsdp.get("optimizer_offload")),
+                    param_offload=bool(fsdp.get("param_offload")),
+                    optimizer_offload=bool(fsdp.get("optimizer_offload")),
                     offload_policy=bool(fsdp.get("offload_policy")),
                     fp32_master=str(fsdp.get("model_dtype", "fp32")) in FP32,
                     rollout_util=float(rollout.get("gpu_memory_utilization") or 0.5),
@@ -88,7 +89,8 @@ def memory_inputs(cfg: dict[str, Any]) -> dict[str, Any]:
         tokens = int(data.get("micro_batch_size_per_gpu") or 1) * int(data.get("max_length") or 1024) // sp
     return dict(world=world, tokens=max(tokens, 1),
                 grad_ckpt=bool(dig(cfg, "model.enable_gradient_checkpointing", True)),
-                param_offload=bool(engine.get("param_offload")), optimizer_offload=bool(engine.get("optimizer_offload")),
+                param_offload=bool(engine.get("param_offload")),
+                optimizer_offload=bool(engine.get("optimizer_offload")),
                 offload_policy=bool(engine.get("offload_policy")),
                 fp32_master=str(engine.get("model_dtype", "fp32")) in FP32)
 

@@ -34,7 +34,8 @@ def _problem_from_rl_row(row: dict[str, Any], where: str) -> dict[str, Any]:
         prompt = prompt.tolist()
     if not isinstance(prompt, list) or not prompt or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in prompt):
-        raise EvalError(f"{where}: 'prompt' must be a non-empty list of {{role, content}} messages, got {prompt!r:.200}")
+        raise EvalError(f"{where}: 'prompt' must be a non-empty list of {{role, content}} messages, "
+                        f"got {prompt!r:.200}")
     reward_model = row.get("reward_model")
     ground_truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if ground_truth is None or not str(ground_truth).strip():

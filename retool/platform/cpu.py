@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -39,7 +39,7 @@ os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 class CpuDeviceIndex(str):
     """``"cpu"`` for torch (``tensor.to(index)``), ``"0"`` inside format strings (``f"cpu:{index}"``)."""
 
-    def __new__(cls) -> "CpuDeviceIndex":
+    def __new__(cls) -> CpuDeviceIndex:
         return super().__new__(cls, "cpu")
 
     def __format__(self, spec: str) -> str:
@@ -159,7 +159,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index: int) -> None:
         return None
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         return None
 
     def manual_seed(self, seed: int) -> None:
@@ -174,7 +174,7 @@ class PlatformCPU(PlatformBase):
     def empty_cache(self) -> None:
         return None
 
-    def get_device_capability(self, device_index: int = 0) -> tuple[Optional[int], Optional[int]]:
+    def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
         return None, None
 
     def communication_backend_name(self) -> str:

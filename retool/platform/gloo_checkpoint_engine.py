@@ -51,7 +51,8 @@ import os
 import secrets
 import socket
 import time
-from typing import Any, AsyncGenerator, Generator
+from typing import Any
+from collections.abc import AsyncGenerator, Generator
 
 import torch
 import torch.distributed as dist

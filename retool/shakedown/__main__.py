@@ -1,4 +1,5 @@
-"""``python -m retool.shakedown RUN_DIR``: the same as the retool-shakedown command (run_smoke_cpu.sh calls it this way)."""
+"""``python -m retool.shakedown RUN_DIR``: the same as the retool-shakedown command (run_smoke_cpu.sh calls it this
+way)."""
 
 from retool.shakedown.cli import main
 

@@ -51,7 +51,8 @@ from retool.smoke.pretrain import PretrainOptions
 MODEL_FILES = shipped_model.FILES
 RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/retool_sft/pretrain.parquet",
              "raw/dapo_math/train.parquet", "raw/dapo_math/val.parquet")
-SFT_FILES = {"data/sft_train.parquet": "raw/retool_sft/train.parquet", "data/sft_val.parquet": "raw/retool_sft/val.parquet",
+SFT_FILES = {"data/sft_train.parquet": "raw/retool_sft/train.parquet",
+             "data/sft_val.parquet": "raw/retool_sft/val.parquet",
              "data/pretrain.parquet": "raw/retool_sft/pretrain.parquet"}  # converted -> raw
 DATA_FILES = (*SFT_FILES, "data/rl_train.parquet", "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
 MANIFEST = "manifest.json"

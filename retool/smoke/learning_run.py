@@ -213,7 +213,8 @@ def run_settings(resolved: Path) -> dict[str, Any]:
     rollout = config["actor_rollout_ref"]["rollout"]
     reward = config["reward"]["custom_reward_function"]
     return {"steps": config["trainer"]["total_training_steps"], "prompts_per_step": config["data"]["train_batch_size"],
-            "n": rollout["n"], "val_n": rollout["val_kwargs"]["n"], "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"],
+            "n": rollout["n"], "val_n": rollout["val_kwargs"]["n"],
+            "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"],
             "seed": {"data": config["data"].get("seed"), "rollout": rollout.get("seed")},
             "reward": f"{reward['path']}:{reward['name']}",
             "tool_shaping": (reward.get("reward_kwargs") or {}).get("tool_shaping"),

@@ -150,7 +150,8 @@ def copy_accuracy(model: Any, tokenizer: Any, conversations: list[Encoded], pref
     model.train(was_training)
     if not runs:
         raise ValueError("the held-out conversations have no digits in their assistant replies")
-    return {"digit_runs": runs, "digit_runs_exact": round(exact / runs, 4), "reply_token_accuracy": round(right / tokens, 4)}
+    return {"digit_runs": runs, "digit_runs_exact": round(exact / runs, 4),
+            "reply_token_accuracy": round(right / tokens, 4)}
 
 
 def pretrain(model_dir: Path, train: list[dict[str, Any]], held_out: list[dict[str, Any]],

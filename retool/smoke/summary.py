@@ -5,8 +5,8 @@ verdict (held-out accuracy, tool use and score before vs after RL, with 95% inte
 
 Reads only what the run left in its folder (logs/stages.tsv, logs/memory.tsv, logs/host.json, logs/failures.jsonl,
 the resolved configs, tensorboard/{sft,rl}, sandbox_health.json) and the assets' manifest.json the SFT config points to
-(what pre-training the model had and its cost), and writes summary.json and summary.md there. The numbers are what the end-to-end test asserts
-on, so a missing input is reported in the summary (and fails the test), never papered over.
+(what pre-training the model had and its cost), and writes summary.json and summary.md there. The numbers are what the
+end-to-end test asserts on, so a missing input is reported in the summary (and fails the test), never papered over.
 """
 
 from __future__ import annotations
@@ -283,7 +283,8 @@ def render_markdown(s: dict[str, Any]) -> str:
         lines += ["", f"Model: {pretraining_sentence(pretraining)}"]
     health = s.get("sandbox") or {}
     if health:
-        lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, counters `{json.dumps(health.get('counters'))}`"]
+        lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, "
+                      f"counters `{json.dumps(health.get('counters'))}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -323,7 +324,8 @@ def pretraining_sentence(pretraining: dict[str, Any]) -> str:
     return (f"pre-trained once ({opts['steps']} steps x {opts['batch_size']} tool-using conversations, "
             f"{pretraining['train_seconds']:.0f} s in float32 on {host.get('cpu_model', 'an unrecorded host')} with "
             f"{host.get('cores', '?')} cores, {where}); held-out digit runs copied exactly "
-            f"{copy['digit_runs_exact']:.2f} (before pre-training {pretraining['copy_before']['digit_runs_exact']:.2f})")
+            f"{copy['digit_runs_exact']:.2f} (before pre-training "
+            f"{pretraining['copy_before']['digit_runs_exact']:.2f})")
 
 
 def render_performance(s: dict[str, Any], label: str) -> str:
@@ -337,9 +339,9 @@ def render_performance(s: dict[str, Any], label: str) -> str:
     lines = [f"### CPU smoke run: {label}", "",
              f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` at commit "
              f"{s.get('commit') or '(not recorded)'} on "
-             f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; CPU flags that decide the dtype: "
-             f"{', '.join(compute.get('flags', [])) or 'none of them'}. Compute dtype `{compute.get('dtype')}` "
-             f"({compute.get('dtype_reason')}).", "",
+             f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; "
+             f"CPU flags that decide the dtype: {', '.join(compute.get('flags', [])) or 'none of them'}. "
+             f"Compute dtype `{compute.get('dtype')}` ({compute.get('dtype_reason')}).", "",
              "| stage | wall time (s) | peak host memory in use (GB) |", "|---|---|---|"]
     for name, row in s["stages"].items():
         extra = f" ({sft_steps} steps, {sft_wall / sft_steps:.2f} s/step)" if name == "sft" and sft_steps else ""

@@ -35,7 +35,8 @@ from pathlib import Path
 
 # Qwen2's pre-tokenizer split: like GPT-4's but digits are split one by one.
 QWEN_PRETOKENIZE_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN_BPE_SIZE = 151643
 # (token, special) in id order from 151643; "special" tokens are dropped by decode(skip_special_tokens=True).

@@ -104,7 +104,8 @@ class ClientPolicy:
 
     run_timeout: float = 30.0
     memory_limit_mb: int = 1024
-    queue_timeout_s: float = 30.0  # the longest a server may queue a call before it runs (retool-sandbox --queue-timeout)
+    # the longest a server may queue a call before it runs (retool-sandbox --queue-timeout)
+    queue_timeout_s: float = 30.0
     http_timeout_margin_s: float = 10.0
     max_retries: int = 3  # retries of HTTP 504
     retry_backoff_s: float = 1.0

@@ -375,7 +375,7 @@ SWEEP = "import os, sys\n" + _SWEEP + "os._exit(0 if _retool_sweep_here(os.getui
 def source_arg(source: str) -> str:
     """The ``python -c`` argument that runs ``source`` with ``<retool-bootstrap>`` as its file name (hidden from
     tracebacks by ``_retool_hide_frames``)."""
-    return "exec(compile(%r, '<retool-bootstrap>', 'exec'))" % source
+    return f"exec(compile({source!r}, '<retool-bootstrap>', 'exec'))"
 
 
 BOOTSTRAP_ARG = source_arg(BOOTSTRAP)

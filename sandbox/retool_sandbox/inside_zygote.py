@@ -108,7 +108,8 @@ def _retool_become(uid, namespaces, ctl_fd, log_fd, work):
     os.environ["HOME"] = work
     os.environ["TMPDIR"] = "/tmp" if namespaces else work
     for cap in range(64):
-        if _retool_libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP; EINVAL: past the last
+        # PR_CAPBSET_DROP; EINVAL: past the last
+        if _retool_libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
             _retool_check(-1, "dropping capability %d" % cap)
     _retool_drop(uid)
     _retool_check(_retool_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")

@@ -63,7 +63,7 @@ class Interpreter:
     trees: tuple[str, ...]
 
     @classmethod
-    def probe(cls, python: str) -> "Interpreter":
+    def probe(cls, python: str) -> Interpreter:
         """Ask ``python`` for its real executable and prefixes (resolves pyenv-style shims to the binary)."""
         code = (
             "import json, sys; print(json.dumps({'executable': sys.executable, 'version': sys.version.split()[0],"
@@ -109,7 +109,7 @@ class Launch:
     env_tmpdir: str = ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tool(name: str) -> str:
     path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
     if path is None:

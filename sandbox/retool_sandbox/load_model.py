@@ -152,7 +152,7 @@ def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS,
         index = len(out)
         calls = tuple(PlannedCall(deal(), spec.think_s(tokens())) for _ in range(k))
         out.append(Trajectory(index, index % spec.workers, calls, spec.think_s(tokens())))
-    for extra in range(spec.timeout_burst):
+    for _ in range(spec.timeout_burst):
         index = len(out)
         out.append(Trajectory(index, index % spec.workers, (PlannedCall(TIMEOUT_PROGRAM, spec.timeout_burst_at_s),),
                               0.0))

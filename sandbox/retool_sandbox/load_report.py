@@ -7,11 +7,11 @@ outcome or stdout), ``false_timeout`` (a timeout of a program that finished on t
 by a signal although it finished on the idle sandbox: the out-of-memory killer, a kill from outside; a session's reply
 also says the session ended), ``expected_timeout`` (the timeout burst's programs), ``fails_when_idle`` (a program
 the server did not run as it should on the idle sandbox either: each of its calls is the server's failure, listed per
-program), ``sandbox_error`` (the server could not run it: a killed slot), ``unavailable`` (the client gave up within its call deadline: counted, the tool masks the
-trajectory), ``hung`` (no outcome after ``loadtest.HUNG_AFTER_DEADLINES`` deadlines) and ``crashed`` (the client
-raised). A call is past its deadline when it spent longer than that on the sandbox (its time less its waits for the
-worker's max_concurrency). Lost calls = hung + crashed + calls a trajectory never made; the target is 0, like wrong
-answers, kills, false timeouts and failures when idle.
+program), ``sandbox_error`` (the server could not run it: a killed slot), ``unavailable`` (the client gave up within its
+call deadline: counted, the tool masks the trajectory), ``hung`` (no outcome after ``loadtest.HUNG_AFTER_DEADLINES``
+deadlines) and ``crashed`` (the client raised). A call is past its deadline when it spent longer than that on the
+sandbox (its time less its waits for the worker's max_concurrency). Lost calls = hung + crashed + calls a trajectory
+never made; the target is 0, like wrong answers, kills, false timeouts and failures when idle.
 
 Throughput "while saturated" counts the calls that ended while the server held at least as many calls as it has
 slots (from each call's last HTTP attempt), per second of such time: what the sandbox delivers when it is the

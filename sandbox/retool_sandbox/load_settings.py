@@ -97,7 +97,8 @@ def _tool_entry(tool_config: str) -> dict[str, Any]:
 def summary(settings: LoadSettings) -> dict[str, Any]:
     """The settings as the report states them."""
     p = settings.policy
-    return {"timeout_s": p.run_timeout, "memory_limit_mb": p.memory_limit_mb, "max_concurrency": settings.max_concurrency,
+    return {"timeout_s": p.run_timeout, "memory_limit_mb": p.memory_limit_mb,
+            "max_concurrency": settings.max_concurrency,
             "max_retries": p.max_retries, "queue_timeout_s": p.queue_timeout_s,
             "reconnect_budget_s": p.reconnect_budget_s, "call_deadline_s": p.call_deadline()}
 

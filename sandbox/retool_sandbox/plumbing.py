@@ -15,7 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from retool_sandbox.isolation import Isolation, Launch
 

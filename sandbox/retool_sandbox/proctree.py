@@ -78,7 +78,7 @@ class CpuMeter:
         now = {pid: stats[pid] for pid in tree}
         gone = {pid: stat for pid, stat in self._last.items() if pid not in now}
         owed: dict[int, float] = defaultdict(float)  # surviving ancestor -> last readings of its gone descendants
-        for pid, stat in gone.items():
+        for stat in gone.values():
             ancestor = stat.parent
             while ancestor in gone:
                 ancestor = gone[ancestor].parent

@@ -18,7 +18,8 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from retool_sandbox.inside_session import SESSION_ARG
 from retool_sandbox.isolation import Isolation

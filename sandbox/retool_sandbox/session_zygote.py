@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 from retool_sandbox.forkserver import read_ready_report
 from retool_sandbox.inside_zygote import ZYGOTE_ARG

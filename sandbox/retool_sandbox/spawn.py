@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from retool_sandbox.client import SandboxClient, SandboxUnreachable
 

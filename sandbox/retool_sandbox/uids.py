@@ -140,7 +140,7 @@ def _mapped_ids() -> list[range]:
                 rows = [line.split() for line in fh if line.strip()]
             return [range(int(inside), int(inside) + int(length)) for inside, _, length in rows]
         except (OSError, ValueError):
-            return [range(0, 2**32 - 1)]
+            return [range(2**32 - 1)]
     gids = read("/proc/self/gid_map")
     return [_overlap(u, g) for u in read("/proc/self/uid_map") for g in gids if _overlap(u, g)]
 

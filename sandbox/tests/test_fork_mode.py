@@ -207,7 +207,7 @@ def test_preimported_modules_are_reported_and_used(one_slot):
     if tier == "bwrap":  # the server's own venv has them all
         assert preimported == list(DEFAULT_PREIMPORT)
     # A program finds them imported already (no file of theirs is opened again), and fresh random state.
-    body = run(url, "import sys\nprint(all(m in sys.modules for m in %r))" % (preimported,))
+    body = run(url, f"import sys\nprint(all(m in sys.modules for m in {preimported!r}))")
     assert body["run_result"]["stdout"] == "True\n"
     if tier == "bwrap":
         # What math code calls first imports nothing more: the submodules it would load are in the default list.

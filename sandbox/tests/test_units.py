@@ -206,7 +206,7 @@ def test_uid_ranges_of_servers_never_overlap(tmp_path):
 
 
 def test_a_namespace_with_65536_uids_uses_the_low_range():
-    mapped = [range(0, 65536)]  # a rootless or user-namespaced container
+    mapped = [range(65536)]  # a rootless or user-namespaced container
     assert _choose(1028, None, [], mapped) == LOW_UIDS.start
     assert _choose(1028, None, [range(61000, 62028)], mapped) == 62028
     with pytest.raises(IsolationUnavailable, match="lower --slots or --max-sessions"):
@@ -316,7 +316,8 @@ def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
     if os.geteuid() != 0:
         pytest.skip("only root signals as another uid")
     target, other = HIGH_UIDS.stop - 100, HIGH_UIDS.stop - 99
-    procs = [subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[]) for uid in (target, target, other)]
+    procs = [subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[])
+             for uid in (target, target, other)]
     try:
         signal_uid(target, "STOP")
         assert _stopped(procs, [True, True, False]) == [True, True, False]

@@ -16,9 +16,9 @@ import importlib.util
 import inspect
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
@@ -68,14 +68,14 @@ def _attribute(module_name: str, attr: str) -> Callable:
     return getattr(module, attr)
 
 
-@lru_cache(maxsize=None)
+@cache
 def entry_point_parser(target: str) -> argparse.ArgumentParser:
     """The parser of a ``module:function`` entry point ([project.scripts])."""
     module_name, _, attr = target.partition(":")
     return capture_parser(_attribute(module_name, attr or "main"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_parser(module_name: str) -> argparse.ArgumentParser:
     """The parser ``python -m module_name`` uses. A package's ``__main__`` is read, not imported (some call ``main()``
     at import): the ``main`` it imports is the one captured."""
@@ -92,7 +92,7 @@ def module_parser(module_name: str) -> argparse.ArgumentParser:
     raise NoParser(f"{module_name}/__main__.py imports no main function")
 
 
-@lru_cache(maxsize=None)
+@cache
 def script_parser(path: Path) -> argparse.ArgumentParser:
     """The parser of ``python path`` (a script of the repository, imported under another name than __main__)."""
     spec = importlib.util.spec_from_file_location(f"_docs_check_{path.stem}", path)

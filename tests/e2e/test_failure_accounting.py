@@ -52,8 +52,10 @@ CRASH_EVERY = 20
 KWARGS = "reward.custom_reward_function.reward_kwargs"
 # the mode's own settings for these runs: no batch ahead, so a step's faults stay in that step
 MODE_OVERRIDES = {
-    "separate_async": ["trainer.v1.separate_async.num_warmup_batches=0", "algorithm.rollout_correction.bypass_mode=false",
-                       "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "separate_async": ["trainer.v1.separate_async.num_warmup_batches=0",
+                       "algorithm.rollout_correction.bypass_mode=false",
+                       "trainer.v1.separate_async.parameter_sync_step=2",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
     "colocate_async": ["trainer.v1.colocate_async.num_warmup_batches=0"],
 }
@@ -237,7 +239,8 @@ def test_every_trained_step_sent_the_whole_model_over_gloo(separate_run):
     sent = separate_run["by_step"]["weight_sync/bytes"]
     assert sorted(sent) == list(range(1, STEPS_BEFORE_REWARD_FAULT + 1))
     # the actor's parameters in the dtype it trains in: at least the checkpoint's size (bf16 or fp32 on disk)
-    assert all(value >= 0.9 * separate_run["model_bytes"] for value in sent.values()), (sent, separate_run["model_bytes"])
+    assert all(value >= 0.9 * separate_run["model_bytes"]
+               for value in sent.values()), (sent, separate_run["model_bytes"])
     assert all(separate_run["by_step"]["timing_s/update_weights"][step] > 0 for step in sent)
 
 

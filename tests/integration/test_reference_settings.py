@@ -100,7 +100,6 @@ RL_TABLE = [  # (key in the resolved RL config, the reference's value, where the
     # L-RL:133 sets top_k 20, but the reference's agent loop sent vLLM only temperature and top_p (V0
     # experimental/agent_loop/agent_loop.py:442-453): it sampled with top-k off. 0.9.1 sends top_k, so -1.
     (f"{AR}.rollout.val_kwargs.top_k", -1, "V0 experimental/agent_loop/agent_loop.py:442-453"),
-    ("trainer.logger", ["console", "tensorboard"], f"{L_RL}:136"),
     ("trainer.device", "npu", f"{L_RL}:147"),
     ("trainer.nnodes", 1, f"{L_RL}:142"),
     ("trainer.n_gpus_per_node", 16, f"{L_RL}:139"),
@@ -121,7 +120,6 @@ SFT_TABLE = [
     ("trainer.n_gpus_per_node", 16, f"{L_SFT}:40,51"),
     ("trainer.device", "npu", f"{L_SFT}:69"),
     ("trainer.total_epochs", 6, f"{L_SFT}:67"),
-    ("trainer.logger", ["console", "tensorboard"], f"{L_SFT}:66"),
     ("trainer.save_freq", 31, f"{L_SFT}:68"),
     ("data.max_length", 16384, f"{L_SFT}:55"),
     ("data.truncation", "error", "V0 trainer/config/sft_trainer.yaml:19"),
@@ -170,12 +168,16 @@ DIFFERENCES = {
         ("data.custom_cls", {"path": "pkg://retool.rl_dataset", "name": "DistinctPromptFilterDataset"}, None,
          "verl's overlong-prompt filter once per distinct prompt"),
         ("data.filter_overlong_prompts_workers", 2, 1, "each filter worker costs seconds to start"),
+        ("trainer.logger", ["console", "tensorboard", "file"], ["console", "tensorboard"],
+         "verl's metric stream for the console view"),
     ],
     "sft": [
         ("trainer.max_ckpt_to_keep", 2, None, "disk: the reference kept all 6 epochs' checkpoints"),
         ("data.val_files", None, "the training file", "it measured the training data"),
         ("checkpoint.save_contents", ["model", "optimizer", "extra", "hf_model"], ["model", "optimizer", "extra"],
          "a Hugging Face copy RL can start from"),
+        ("trainer.logger", ["console", "tensorboard", "file"], ["console", "tensorboard"],
+         "verl's metric stream for the console view"),
     ],
 }
 
@@ -244,7 +246,8 @@ def test_the_reference_tool_is_the_default_tool():
     tool_yaml = REPO_ROOT / "configs" / "tool.yaml"
     settings = yaml.safe_load(tool_yaml.read_text())["tools"][0]["config"]
     for key, value, source in TOOL_TABLE:
-        assert settings.get(key) == value, f"configs/tool.yaml {key}: {settings.get(key)!r}, reference {value!r} ({source})"
+        assert settings.get(key) == value, (f"configs/tool.yaml {key}: {settings.get(key)!r}, "
+                                            f"reference {value!r} ({source})")
     assert load_tool_schema(tool_yaml) == REFERENCE_SCHEMA  # what SFT rows carry and RL shows
 
 

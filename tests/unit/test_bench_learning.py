@@ -38,7 +38,8 @@ def result(acc, started, used_tool=ROSE, tool_credit=None):
             "lr": 3e-4, "reward": "pkg://retool.reward:compute_score", "tool_shaping": "none", "val_n": 4,
             "wall_s": 300.0,
             "measured": {"started": started, "commit": "abc1234",
-                         "host": {"cpu_model": "Test CPU", "dtype": "float32", "isa_limits": {"ATEN_CPU_CAPABILITY": "avx2"}}}}
+                         "host": {"cpu_model": "Test CPU", "dtype": "float32",
+                                  "isa_limits": {"ATEN_CPU_CAPABILITY": "avx2"}}}}
 
 
 def write_runs(folder, control_acc, wrong_tool_use=FLAT, wrong_tool_credit=None):

@@ -33,14 +33,17 @@ def test_per_row_cost_is_what_the_one_worker_run_spent_beyond_hashing_and_its_jo
 def test_efficiency_compares_the_ideal_two_worker_time_with_what_the_run_spent_on_rows():
     # 1,000 rows x 1 ms: ideal 0.5 s on 2 workers
     assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 11.5, "hash_s": 5.0, "pickle_s": 6.0}) == 1.0
-    assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 12.0, "hash_s": 5.0, "pickle_s": 6.0}) == pytest.approx(0.5)
+    assert (bench.parallel_efficiency(1000, 1e-3, {"filter_s": 12.0, "hash_s": 5.0, "pickle_s": 6.0})
+            == pytest.approx(0.5))
     assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 11.2, "hash_s": 5.0, "pickle_s": 6.0}) == 1.0  # capped
 
 
 def test_workers_pay_their_start_one_after_the_other_and_share_the_rows():
     per_row = 1e-3
-    assert bench.predicted_seconds(ROWS, per_row, 1, **MODEL, slowdown=2.0) == pytest.approx(2 * (5 + 3 + ROWS * per_row))
-    assert bench.predicted_seconds(ROWS, per_row, 48, **MODEL) == pytest.approx(5 + 48 * 3 + ROWS * per_row / (48 * 0.9))
+    assert (bench.predicted_seconds(ROWS, per_row, 1, **MODEL, slowdown=2.0)
+            == pytest.approx(2 * (5 + 3 + ROWS * per_row)))
+    assert (bench.predicted_seconds(ROWS, per_row, 48, **MODEL)
+            == pytest.approx(5 + 48 * 3 + ROWS * per_row / (48 * 0.9)))
     # the 30-row validation file: datasets starts one worker per row at most
     assert bench.predicted_seconds(30, per_row, 48, **MODEL) == pytest.approx(5 + 30 * 3 + 30 * per_row / (30 * 0.9))
     with pytest.raises(ValueError, match="workers must be >= 1"):

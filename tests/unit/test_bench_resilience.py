@@ -35,7 +35,8 @@ def test_the_section_states_the_run_and_its_counts(tmp_path):
     text = out.read_text()
     assert "<!-- resilience:start -->" in text and "Measured 2026-12-01 on AMD EPYC, 2 cores" in text
     assert "killed with SIGKILL after step 3" in text and "down for 10.4 s" in text
-    assert "the crashed run made 40 requests to its sandbox; a fresh sandbox on that URL counted 0 from the resumed run" in text
+    assert ("the crashed run made 40 requests to its sandbox; a fresh sandbox on that URL counted 0 "
+            "from the resumed run" in text)
     assert "| 4 | 14 | 14 | 14 | 14 | 0 |" in text and "| 1 | 5 | 0 | 0 | 0 | 0 |" in text
     assert "started 9 and closed 8, 1 died, and evicted 0" in text
 

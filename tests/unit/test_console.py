@@ -6,6 +6,7 @@ command's exit status."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from retool.console import view
 from retool.console.lines import Level, fingerprint, level_of, parse_step
 from retool.console.notices import Notices
 from retool.console.output import Plain, Terminal
+from retool.console.sources import Sources
 from retool.console.startup import header
 from retool.console.stream import Console
 
@@ -107,7 +109,8 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
         assert all(part in mine for part in expected), (mine, expected)
     last = steps[-1]
     if re.search(rf"step:{last} - .*val-core/", raw):
-        assert any(line.startswith(f"[rl] validation at step {last}: acc mean@4: aime_2025 ") and "synthetic_arith " in line
+        assert any(line.startswith(f"[rl] validation at step {last}: acc mean@4: aime_2025 ")
+                   and "synthetic_arith " in line
                    for line in lines)
     # a model's malformed tool call is an error verl logs: shown once, its repeats counted
     assert sum("Failed to decode tool call" in line for line in lines) == 1
@@ -127,6 +130,67 @@ def test_a_validation_line_lists_its_data_sources_in_the_same_order_whichever_fi
     second = dict(reversed(list(first.items())))
     assert view.validation(0, first) == view.validation(0, second) == \
         "validation before training: acc mean@4: aime_2025 0.000, synthetic_arith 0.418 | turns 2.9"
+
+
+def test_steps_start_up_and_checkpoints_come_from_the_files_the_stage_writes(tmp_path):
+    """With verl's metric stream and checkpoint folder named, the console shows what they hold: verl's own lines for
+    the same facts (a step line, the ready line, the save line) change nothing, and a line still being written
+    waits for its newline."""
+    metrics, checkpoints = tmp_path / "logs" / "metrics" / "rl-2.jsonl", tmp_path / "checkpoints" / "rl"
+    (checkpoints / "global_step_4").mkdir(parents=True)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("4")  # the step this resumed launch continues after
+    out, clock = io.StringIO(), Clock()
+    console = Console("rl", Plain(out), "logs/rl.log", total=6, validates_first=True, clock=clock,
+                      sources=Sources(metrics=metrics, checkpoints=checkpoints))
+
+    def advance(*chunks: bytes) -> list[str]:
+        before = len(out.getvalue().splitlines())
+        for chunk in chunks:
+            console.feed(chunk)
+        clock.now += 1.0
+        console.tick()
+        return out.getvalue().splitlines()[before:]
+
+    def record(step: int, data: dict, end: str = "\n") -> None:
+        with metrics.open("a") as handle:
+            handle.write(json.dumps({"step": step, "data": data}) + end)
+
+    assert advance(b"all initialize finished, ready to fit\n") == []  # the file marks it, not the line
+    metrics.parent.mkdir(parents=True)
+    metrics.touch()
+    assert advance()[0].startswith("[rl] workers ready after ") and "validating before training" in out.getvalue()
+    record(4, {"val-core/synthetic_arith/acc/mean@4": 0.5, "val-aux/num_turns/mean": 3.0})
+    assert advance() == ["[rl] validation at step 4: acc mean@4: synthetic_arith 0.500 | turns 3"]
+    step = {"critic/rewards/mean": 0.25, "train-reward/acc/mean": 0.5, "timing_s/step": 10.0}
+    with metrics.open("a") as handle:
+        handle.write(json.dumps({"step": 5, "data": step})[:20])  # verl is still writing it
+    assert advance(b"step:5 - critic/rewards/mean:9.99 - timing_s/step:10.0\n") == []
+    with metrics.open("a") as handle:
+        handle.write(json.dumps({"step": 5, "data": step})[20:] + "\n")
+    shown = advance()
+    assert len(shown) == 1 and shown[0].startswith("[rl] step 5/6 | reward 0.25 |"), shown
+    (checkpoints / "global_step_6").mkdir()
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("6")
+    record(6, step)
+    shown = advance(b"Saving checkpoint to /elsewhere/global_step_6\n")
+    assert shown[0].startswith("[rl] step 6/6 | ") and shown[1] == f"[rl] checkpoint: {checkpoints}/global_step_6"
+    assert advance() == []  # said once
+    record(7, {"val-core/synthetic_arith/acc/mean@4": 0.75})  # written just before the stage ended
+    console.finish(0)
+    lines = out.getvalue().splitlines()
+    assert "[rl] validation at step 7: acc mean@4: synthetic_arith 0.750" in lines
+    assert lines[-1].startswith("[rl] done: 2 steps in ") and not any("9.99" in line for line in lines)
+
+
+def test_the_metric_stream_is_read_only_when_verl_writes_it():
+    from retool.console.cli import sources
+
+    config = {"trainer": {"logger": ["console", "tensorboard", "file"], "default_local_dir": "/r/checkpoints/rl"}}
+    assert sources(config, Path("/r/logs/metrics/rl-1.jsonl")) == Sources(Path("/r/logs/metrics/rl-1.jsonl"),
+                                                                           Path("/r/checkpoints/rl"))
+    config["trainer"]["logger"] = ["console", "tensorboard"]  # no file tracker: the file would never appear
+    assert sources(config, Path("/r/logs/metrics/rl-1.jsonl")).metrics is None
+    assert sources({}, None) == Sources()
 
 
 def test_the_log_gets_every_byte_appended_whatever_the_console_shows(tmp_path):
@@ -272,11 +336,11 @@ def test_warning_and_error_shapes_are_recognised_only_where_they_start_a_line(li
 
 
 def test_a_traceback_from_a_ray_worker_becomes_one_error_line_even_when_interleaved():
-    data = ("(TaskRunner pid=1) Traceback (most recent call last):\n"
-            "(TaskRunner pid=1)   File \"/x/verl/trainer/ppo/v1/trainer_base.py\", line 812, in fit\n"
-            "(WorkerDict pid=2) step:1 - critic/rewards/mean:0.5\n"
-            "(TaskRunner pid=1)     self.step()\n"
-            "(TaskRunner pid=1) ValueError: batch of 0 prompts\n").encode()
+    data = (b"(TaskRunner pid=1) Traceback (most recent call last):\n"
+            b"(TaskRunner pid=1)   File \"/x/verl/trainer/ppo/v1/trainer_base.py\", line 812, in fit\n"
+            b"(WorkerDict pid=2) step:1 - critic/rewards/mean:0.5\n"
+            b"(TaskRunner pid=1)     self.step()\n"
+            b"(TaskRunner pid=1) ValueError: batch of 0 prompts\n")
     lines = compact(data, "rl")
     assert "[rl] error: ValueError: batch of 0 prompts (trainer_base.py:812 in fit)" in " ".join(lines)
     assert any(line.startswith("[rl] step 1 | reward 0.5") for line in lines)

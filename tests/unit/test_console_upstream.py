@@ -61,7 +61,8 @@ STATE = {
         lines.EPOCH, "verl", "trainer/sft_trainer.py", 'desc=f"Epoch {epoch + 1}/{self.config.trainer.total_epochs}"',
         "Epoch 1/6"),
     "the prompt groups rolled out": (
-        stream.GROUPS, "verl", "trainer/ppo/v1/replay_buffer.py", 'f"pending: {len(self.pending_keys[partition_id])}, "',
+        stream.GROUPS, "verl", "trainer/ppo/v1/replay_buffer.py",
+        'f"pending: {len(self.pending_keys[partition_id])}, "',
         "pending: 3, running: 2, finished: 7, failure: 0"),
     "verl's log format": (
         lines.LEVEL_SHAPES[1], "verl", "utils/logging_utils.py", '"%(levelname)s:%(asctime)s:%(message)s"',
@@ -122,14 +123,17 @@ HARMLESS = {
         "target_num_threads 8 should not exceed total physical CPU cores 2. Setting to 2."),
     r"Token authentication is enabled for this Ray cluster": (
         "ray", "_private/authentication/authentication_token_setup.py",
-        "Token authentication is enabled for this Ray cluster", "Token authentication is enabled for this Ray cluster."),
+        "Token authentication is enabled for this Ray cluster",
+        "Token authentication is enabled for this Ray cluster."),
     r"is_fx_tracing will return true": (
         "torch", "fx/_symbolic_trace.py", "is_fx_tracing will return true",
         "is_fx_tracing will return true for both fx.symbolic_trace and torch.fx.experimental.proxy_tensor"),
     r"`torch_dtype` is deprecated": (
-        "transformers", "modeling_utils.py", "`torch_dtype` is deprecated", "`torch_dtype` is deprecated! Use `dtype`!"),
+        "transformers", "modeling_utils.py", "`torch_dtype` is deprecated",
+        "`torch_dtype` is deprecated! Use `dtype`!"),
     r"No backend of type 0 found for Process Group": (
-        "torch", "lib/libtorch_python.so", "No backend of type", "No backend of type 0 found for Process Group with name "
+        "torch", "lib/libtorch_python.so", "No backend of type",
+        "No backend of type 0 found for Process Group with name "
         "undefined. Assuming no hooks are registered."),
     r"Failed to set NUMA affinity|NUMA binding: Using MEMBIND": (
         "verl", "utils/distributed.py", 'print(f"Warning: Failed to set NUMA affinity: {e}")',
@@ -161,7 +165,8 @@ def test_every_known_harmless_message_has_its_source_here():
 @pytest.mark.parametrize("pattern", sorted(HARMLESS))
 def test_a_known_harmless_message_is_still_printed_by_the_pinned_stack(pattern):
     package, where, fragment, printed = HARMLESS[pattern]
-    assert found(package, where, fragment), f"{package}/{where} no longer holds {fragment!r}: drop or reword {pattern!r}"
+    assert found(package, where, fragment), (f"{package}/{where} no longer holds {fragment!r}: "
+                                             f"drop or reword {pattern!r}")
     assert notices.is_known_harmless(printed), (pattern, printed)
 
 

@@ -13,7 +13,15 @@ import yaml
 
 from retool.data import rl
 from retool.datasets import dataset_path
-from retool.eval.cli import build_metrics, check_sandbox, cli_overrides, compose_config, main, parse_args, write_tool_config
+from retool.eval.cli import (
+    build_metrics,
+    check_sandbox,
+    cli_overrides,
+    compose_config,
+    main,
+    parse_args,
+    write_tool_config,
+)
 from retool.eval.problems import EvalError, load_problems
 from ports import free_port
 

@@ -42,7 +42,8 @@ def request_builders(path: Path) -> list[int]:
 
 
 def test_exactly_one_module_builds_run_code_requests():
-    builders = {str(p.relative_to(REPO_ROOT)): lines for p in python_files("retool", "sandbox", "bench", "tests", "scripts")
+    builders = {str(p.relative_to(REPO_ROOT)): lines
+                for p in python_files("retool", "sandbox", "bench", "tests", "scripts")
                 if (lines := request_builders(p))}
     assert "sandbox/retool_sandbox/client.py" in builders, "the client no longer builds the request: this test is stale"
     others = {path: lines for path, lines in builders.items()
@@ -76,5 +77,6 @@ def test_every_module_the_architecture_page_names_exists():
 def test_no_two_test_files_share_a_name():
     # tests/ has no __init__.py files, so pytest imports each test file by its bare name: two files of one name in
     # different folders stop `make test` at collection (each folder alone still runs)
-    names = Counter(path.name for folder in ("tests", "sandbox/tests") for path in (REPO_ROOT / folder).rglob("test_*.py"))
+    names = Counter(path.name for folder in ("tests", "sandbox/tests")
+                    for path in (REPO_ROOT / folder).rglob("test_*.py"))
     assert not [name for name, n in names.items() if n > 1], names

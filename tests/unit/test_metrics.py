@@ -99,7 +99,7 @@ def test_summarize_known_values() -> None:
     assert m["acc/mean@4"] == pytest.approx((2 / 4 + 1 / 4) / 2)
     assert m["acc/pass@1"] == pytest.approx(m["acc/mean@4"])
     assert m["acc/pass@4"] == pytest.approx(1.0)
-    assert set(k for k in m if k.startswith("acc/pass@")) == {"acc/pass@1", "acc/pass@4"}
+    assert {k for k in m if k.startswith("acc/pass@")} == {"acc/pass@1", "acc/pass@4"}
     assert m["acc/maj@4"] == pytest.approx(0.5)  # a: "12" right; b: "2" wrong
     assert m["num_turns/mean"] == pytest.approx(26 / 8)
     assert m["tool_calls/per_answer"] == pytest.approx(5 / 8)
@@ -118,7 +118,8 @@ def test_summarize_without_tool_calls_has_no_success_rate() -> None:
 
 def test_summarize_rejects_uneven_or_incomplete_records() -> None:
     with pytest.raises(ValueError, match="different sample counts"):
-        summarize([_record("a", True, "1", 2, 0, 0), _record("a", True, "1", 2, 0, 0), _record("b", True, "1", 2, 0, 0)])
+        summarize([_record("a", True, "1", 2, 0, 0), _record("a", True, "1", 2, 0, 0),
+                   _record("b", True, "1", 2, 0, 0)])
     with pytest.raises(ValueError, match=r"sample #0 lacks keys \['pred'\]"):
         summarize([{"problem_id": "a", "correct": True, "num_turns": 2, "tool_calls": 0, "tool_errors": 0}])
     with pytest.raises(ValueError, match="no samples"):

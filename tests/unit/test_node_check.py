@@ -65,7 +65,8 @@ def config(tmp_path: Path, ray_dir: str, sandbox_url: str, nnodes: int = 1, path
 
 def node_check(path: Path, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items()
-            if k not in ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL", "RETOOL_ACCEPT_WEAK_ISOLATION")}
+            if k not in ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL",
+                         "RETOOL_ACCEPT_WEAK_ISOLATION")}
     return subprocess.run([sys.executable, "-m", "retool.node_check", "--config", str(path)], env={**full, **env},
                           capture_output=True, text=True, timeout=300)
 

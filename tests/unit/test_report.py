@@ -56,7 +56,8 @@ RL_CURVES: dict[str, list[tuple[int, float]]] = {
     "val-aux/aime_2025/tool_error/mean@4": validation([1.0, 0.75, 1.0]),
     "val-aux/synthetic_arith/tool_error/mean@4": validation([0.0, 0.5, 0.0]),
     **{f"val-aux/{source}/{key}/mean@4": validation([0.0, 0.0, 0.0])
-       for source in ("aime_2025", "synthetic_arith") for key in ("tool_timeout", "tool_unavailable", "tool_truncated")},
+       for source in ("aime_2025", "synthetic_arith")
+       for key in ("tool_timeout", "tool_unavailable", "tool_truncated")},
     "val-aux/aime_2025/tool_rounds/mean@4": validation([1.0, 1.5, 2.0]),
     "val-aux/aime_2025/score/mean@4": validation([-1.0, -0.5, -0.75]),
     "val-aux/synthetic_arith/score/mean@4": validation([-1.2, -1.0, -0.8]),
@@ -162,7 +163,8 @@ def test_panels_hold_the_series_of_their_question(figures: dict) -> None:
 
     assert tags("accuracy") == [["val-core/aime_2025/acc/mean@4", "val-core/synthetic_arith/acc/mean@4"]]
     assert [p.title for p in figures["tools"][0]] == ["aime_2025", "synthetic_arith"]  # one axes per data source
-    assert tags("tools")[0][:3] == ["val-aux/aime_2025/used_tool/mean@4", "val-aux/aime_2025/tool_ok/mean@4 / tool_calls",
+    assert tags("tools")[0][:3] == ["val-aux/aime_2025/used_tool/mean@4",
+                                    "val-aux/aime_2025/tool_ok/mean@4 / tool_calls",
                                     "val-aux/aime_2025/tool_error/mean@4 / tool_calls"]
     # Training turns are logged under two names by verl's v1 trainer: drawn once.
     assert tags("num_turns") == [["val-aux/aime_2025/tool_calls/mean@4", "val-aux/synthetic_arith/tool_calls/mean@4",
@@ -265,7 +267,8 @@ def test_colours_are_distinct_within_a_panel_and_few_series_per_axes(figures: di
         line = next(x for x in figures[name][1].axes[0].get_lines() if x.get_gid() == f"validation:{tag}")
         return to_hex(line.get_color())
 
-    assert colour("accuracy", "val-core/aime_2025/acc/mean@4") == colour("num_turns", "val-aux/aime_2025/tool_calls/mean@4")
+    assert colour("accuracy", "val-core/aime_2025/acc/mean@4") == colour(
+        "num_turns", "val-aux/aime_2025/tool_calls/mean@4")
     assert colour("reward", "val-aux/synthetic_arith/score/mean@4") == colour(
         "num_turns", "val-aux/synthetic_arith/tool_calls/mean@4")
 

@@ -73,7 +73,8 @@ def test_without_mean_at_30_the_verdict_says_why():
 
 def test_the_section_is_written_between_its_markers(tmp_path, capsys):
     page = tmp_path / "reference.md"
-    page.write_text("# Ref\n\nbefore\n\n<!-- reproduction-band:start -->\nold\n<!-- reproduction-band:end -->\n\nafter\n")
+    page.write_text("# Ref\n\nbefore\n\n<!-- reproduction-band:start -->\nold\n"
+                    "<!-- reproduction-band:end -->\n\nafter\n")
     assert band.main(["--write", str(page)]) == 0
     text = page.read_text()
     assert "old" not in text and text.startswith("# Ref\n\nbefore\n") and text.endswith("\nafter\n")

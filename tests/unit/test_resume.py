@@ -136,11 +136,12 @@ def test_a_resume_takes_the_new_launch_s_worker_environment(tmp_path, capsys):
     (run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt").write_text("2")
     crashed = rl_config(run_dir)
     crashed["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["TENSORBOARD_DIR"] = str(tmp_path / "tb-crashed")
+    crashed["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_FILE_LOGGER_PATH"] = "/r/logs/metrics/rl-1.jsonl"
     (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump(crashed))
     write_events(tmp_path / "tb-crashed", {"critic/rewards/mean": [1, 2, 3], "val-core/x/acc/mean@4": [0, 2]})
     relaunched = rl_config(run_dir)
     env_vars = {"RETOOL_SANDBOX_URL": "http://b:2/run_code", "TENSORBOARD_DIR": str(tmp_path / "tb-resumed"),
-                "HCCL_CONNECT_TIMEOUT": "1500"}
+                "HCCL_CONNECT_TIMEOUT": "1500", "VERL_FILE_LOGGER_PATH": "/r/logs/metrics/rl-2.jsonl"}
     relaunched["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] = env_vars
     new = tmp_path / "new.yaml"
     new.write_text(yaml.safe_dump(relaunched))
@@ -154,6 +155,7 @@ def test_a_resume_takes_the_new_launch_s_worker_environment(tmp_path, capsys):
     assert "[resume] the workers take this launch's RETOOL_SANDBOX_URL: 'http://a:1/run_code' -> " \
            "'http://b:2/run_code'" in err
     assert "HCCL_CONNECT_TIMEOUT: '<absent>' -> '1500'" in err and "(1 TensorBoard points logged after it" in err
+    assert "VERL_FILE_LOGGER_PATH" not in err  # a file per launch by design: taken, not reported
     # it crashes again before logging anything; the same launch again: nothing left to take, and step 2's
     # validation, logged in the first folder, is still found there
     assert prepare("rl", run_dir, new) == ["trainer.val_before_train=False"]

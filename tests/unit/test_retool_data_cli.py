@@ -130,7 +130,8 @@ def test_the_mirror_variable_reaches_the_download_call(monkeypatch, tmp_path: Pa
 
 def test_modelscope_ids_and_the_bundled_aime_copy(tmp_path: Path) -> None:
     assert download_call(ASSETS["retool_sft"], "modelscope", tmp_path / "s") == (
-        "modelscope.dataset_snapshot_download", {"dataset_id": "AI-ModelScope/ReTool-SFT", "local_dir": str(tmp_path / "s")})
+        "modelscope.dataset_snapshot_download",
+        {"dataset_id": "AI-ModelScope/ReTool-SFT", "local_dir": str(tmp_path / "s")})
     assert download_call(ASSETS["model"], "modelscope", tmp_path / "m")[1]["model_id"] == "Qwen/Qwen3-4B-Instruct-2507"
     assert download_call(ASSETS["aime_2025"], "modelscope", tmp_path / "a", overrides={"aime_2025": "TIGER-Lab/AIME25"}
                          )[1]["dataset_id"] == "TIGER-Lab/AIME25"

@@ -288,7 +288,8 @@ def test_shaping_applies_to_the_chosen_matcher():
     # wrong under reference, right under normalized; no tool call
     assert score("\\boxed{034}", "34", {"num_turns": 2})["score"] == pytest.approx(-1.4)
     assert score("\\boxed{034}", "34", {"num_turns": 2}, answer_match="normalized")["score"] == pytest.approx(0.6)
-    assert score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="tool_round_credit")["score"] == pytest.approx(-0.9)
+    assert (score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="tool_round_credit")["score"]
+            == pytest.approx(-0.9))
 
 
 def test_defaults_are_strict_box_and_no_tool_penalty():
@@ -389,7 +390,8 @@ def test_verl_forwards_reward_kwargs_and_aggregates_the_dict():
     assert wrong["score"] == pytest.approx(-0.8)  # verl rule: min(-0.6, -1 + 0.1 * 2)
 
     texts = ["\\boxed{25}", "\\boxed{025}", "\\boxed{24}", "none"]
-    for reward_kwargs, acc_mean in (({"tool_shaping": "tool_round_credit"}, 0.25), ({"answer_match": "normalized"}, 0.5)):
+    for reward_kwargs, acc_mean in (({"tool_shaping": "tool_round_credit"}, 0.25),
+                                    ({"answer_match": "normalized"}, 0.5)):
         fn = load(reward_kwargs)
         results = [
             fn(data_source="aime_2025", solution_str=t, ground_truth="25", extra_info={"num_turns": n})

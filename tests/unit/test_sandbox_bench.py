@@ -176,6 +176,7 @@ def test_the_sessions_section_states_what_was_measured_and_what_fits(bench):
     # the larger per-session figure decides what fits: (20048 - 2048) / 80
     assert "| numpy+sympy: `import numpy, sympy; x = numpy.arange(10)` | 50 | 50 | 2.5 | 120.0 / 400.0 | 40.0 " \
            "| 50.0 | 80.0 | 225 |" in text
-    assert "`bench/sandbox_bench.py --sessions 100 --session-cells plain,numpy+sympy:50`" in text and "memory floor 2048 MiB" in text
+    assert ("`bench/sandbox_bench.py --sessions 100 --session-cells plain,numpy+sympy:50`" in text
+            and "memory floor 2048 MiB" in text)
     unknown = bench.render_sessions([_sessions_row("plain", 10, 12048.0, 11948.0, None)], meta)
     assert "| 10.0 | - | 1000 |" in unknown  # not root: no Pss, MemAvailable alone

@@ -44,7 +44,8 @@ async def test_the_body_is_verls(server):
     assert set(payload) == {"code", "language", "compile_timeout", "run_timeout", "memory_limit_MB", "stdin", "files",
                             "fetch_files"}
     assert payload["compile_timeout"] == payload["run_timeout"] == 5 and isinstance(payload["run_timeout"], int)
-    assert (payload["memory_limit_MB"], payload["stdin"], payload["files"], payload["fetch_files"]) == (512, None, {}, [])
+    assert (payload["memory_limit_MB"], payload["stdin"], payload["files"],
+            payload["fetch_files"]) == (512, None, {}, [])
 
 
 async def test_504_is_retried_with_doubling_backoff(server):

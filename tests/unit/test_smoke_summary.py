@@ -17,7 +17,8 @@ QUESTIONS = [f"What is {i} * 11?" for i in range(6)]
 def make_run(run_dir: Path) -> None:
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "stages.tsv").write_text("assets\t0\t10\nsft\t10\t410\nmerge\t410\t420\nrl\t420\t700\n")
-    (run_dir / "logs" / "memory.tsv").write_text("".join(f"{t}\t{1048576 * (1 + t // 100)}\n" for t in range(0, 700, 50)))
+    (run_dir / "logs" / "memory.tsv").write_text("".join(f"{t}\t{1048576 * (1 + t // 100)}\n"
+                                                         for t in range(0, 700, 50)))
     (run_dir / "logs" / "host.json").write_text(json.dumps({
         "cpu_model": "AMD EPYC 7763", "cores": 2, "flags": ["avx2"], "isa_limits": {}, "dtype": "float32",
         "dtype_reason": "the CPU has no native bf16"}))

@@ -72,7 +72,8 @@ def test_skip_special_tokens_keeps_tool_and_think_markers(tok):
 CONVERSATION = [
     {"role": "user", "content": "What is 2+2?"},
     {"role": "assistant", "content": "Let me run it.",
-     "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}}]},
+     "tool_calls": [{"type": "function",
+                     "function": {"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}}]},
     {"role": "tool", "content": "4"},
     {"role": "assistant", "content": "",
      "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": '{"code": "1"}'}}]},
@@ -92,7 +93,8 @@ EXPECTED = (
     "<|im_start|>assistant\nLet me run it.\n<tool_call>\n"
     '{"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n"
-    '<|im_start|>assistant\n<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "1"}}\n</tool_call><|im_end|>\n'
+    '<|im_start|>assistant\n<tool_call>\n'
+    '{"name": "code_interpreter", "arguments": {"code": "1"}}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
     "<|im_start|>assistant\n\\boxed{4}<|im_end|>\n"
     "<|im_start|>assistant\n"
@@ -105,7 +107,8 @@ def test_chat_template_renders_the_hermes_tool_format(tok):
 
 
 def test_chat_template_system_and_plain_turns(tok):
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert tok.apply_chat_template(messages, tokenize=False) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n")
     with_tools = tok.apply_chat_template(messages, tools=[TOOL_SCHEMA], tokenize=False)

@@ -321,10 +321,15 @@ class Console:
 
     def _ready(self) -> None:
         """verl's workers are up and training begins (with the validation before it, if any)."""
+        startup = view.duration(self.clock() - self.started)
         if self.validates_first or self.metrics is None:
-            self.say(f"workers ready after {view.duration(self.clock() - self.started)}"
+            self.say(f"workers ready after {startup}"
                      + ("; validating before training" if self.validates_first else ""))
-        self._phase("validating" if self.validates_first else "ready")
+            self._phase("validating" if self.validates_first else "ready")
+        else:  # verl opened its metric stream as the first step begins
+            self.say(f"training starts after {startup} of start-up")
+            self._phase(f"step {(self.checkpoint or 0) + 1}")
+            self.pace.start(self.checkpoint or 0, self.clock())
 
     def _samples(self, match: re.Match) -> None:
         """retool-eval's progress: every update on a terminal's bar, a line at each tenth of the way."""

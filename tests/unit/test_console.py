@@ -182,6 +182,25 @@ def test_steps_start_up_and_checkpoints_come_from_the_files_the_stage_writes(tmp
     assert lines[-1].startswith("[rl] done: 2 steps in ") and not any("9.99" in line for line in lines)
 
 
+def test_without_a_validation_first_the_metric_stream_s_file_marks_the_start_of_training(tmp_path):
+    # SFT: its progress bar may reach the console before or after the poll that finds the file; one line either way
+    for bar_first in (False, True):
+        metrics = tmp_path / f"sft-{bar_first}.jsonl"
+        out, clock = io.StringIO(), Clock()
+        console = Console("sft", Plain(out), "logs/sft.log", total=4, clock=clock, sources=Sources(metrics=metrics))
+        clock.now += 20
+        if bar_first:
+            console.feed("Epoch 1/1:   0%|          | 0/4 [00:00<?, ?it/s]\n".encode())
+        metrics.write_text(json.dumps({"step": 1, "data": {"train/loss": 0.5, "train/lr": 1e-3}}) + "\n")
+        clock.now += 1
+        console.tick()
+        console.feed("Epoch 1/1:  25%|██▌       | 1/4 [00:01<00:03, 1.00it/s]\n".encode())
+        console.finish(0)
+        lines = out.getvalue().splitlines()
+        assert sum(line.startswith("[sft] training starts after ") for line in lines) == 1, lines
+        assert any(line.startswith("[sft] step 1/4 | loss 0.5 |") for line in lines), lines
+
+
 def test_the_metric_stream_is_read_only_when_verl_writes_it():
     from retool.console.cli import sources
 

@@ -102,6 +102,11 @@ def scalar_points(event_dir: Path, tag: str) -> Counter:
     return counts
 
 
+def verl_log(run_dir: Path) -> str:
+    """Both launches' whole output (the console shows a digest, without verl's resume lines)."""
+    return (run_dir / "logs" / "rl.log").read_text(errors="replace")
+
+
 def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     """The checks of the docstring on a finished kill-and-resume run; each is (passed, what was seen)."""
     import yaml
@@ -193,10 +198,9 @@ def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout
         resumed_at = time.time()
         second = start(env)
         wait(lambda: second.poll() is not None, second, "end of the resumed run")
-    text = log.read_text(errors="replace")
     if second.returncode != 0:
         raise RuntimeError(f"{mode}: the resumed run exited {second.returncode}; see {log}")
-    result = check(run_dir, resumed_at, text)
+    result = check(run_dir, resumed_at, verl_log(run_dir))
     result.update(mode=mode, wall_s=round(time.monotonic() - started, 1), resumed_at=resumed_at)
     (run_dir / "resume.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -237,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         for mode in modes:
             saved = json.loads((out / mode / "resume.json").read_text())
-            text = (out / mode / "launches.log").read_text(errors="replace")
-            results[mode] = {**saved, **check(out / mode, saved["resumed_at"], text)}
+            results[mode] = {**saved, **check(out / mode, saved["resumed_at"], verl_log(out / mode))}
     else:
         from learning_signal import find_smoke_run  # bench/ is on sys.path when this runs as a script
 

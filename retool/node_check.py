@@ -23,8 +23,9 @@ own sandbox) answers, isolates with bwrap and runs one program (retool/sandbox_g
 it came from; on a resume whose new ``RETOOL_SANDBOX_URL`` a node's own ``RETOOL_NODE_SANDBOX_URL`` overrides, a
 warning names both (retool/resume.py records what the resume replaced). The worker environment the launcher hands
 over (the device variables of configs/device/<device>.env, the sandbox URL, the TensorBoard folder) is set; on a
-cluster also that the node's Python holds the device stack and sees a device, and that verl, torch and vLLM are the
-launcher's versions.
+cluster also that the node's Python holds the device stack and sees a device, that verl, torch and vLLM are the
+launcher's versions, and that the node sees the launcher's files: the same recipe and verl at the same paths, the
+run folder shared, the model at its path (retool/node_files.py).
 
     python -m retool.node_check --config RUN_DIR/rl.resolved.yaml   # exit 0: every node fine; 1: what failed
 """
@@ -44,6 +45,7 @@ import yaml
 
 from retool.checklist import FAIL, OK, Check, exit_status, render, summary
 from retool.doctor.config import dig
+from retool.node_files import Files, UnwritableFolder, check_files, local_model, package_files, shared_markers
 from retool.resume import RESUMED_ENV
 from retool_sandbox.client import SandboxURLError, run_code_url
 from retool.sandbox_gate import ACCEPT_VARIABLE, sandbox_verdict
@@ -73,6 +75,7 @@ class Expected:
     versions: dict[str, str | None] = field(default_factory=dict)  # empty: not compared (the launching host itself)
     device_stack: bool = False  # npu/cuda: import the stack and see a device (the launcher did it for its own host)
     resumed_from: dict[str, str] | None = None  # a resume: the workers' environment of the run before it
+    files: Files | None = None  # a cluster: what every node must see as the launching host does (node_files.py)
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -193,6 +196,8 @@ def check_node(expected: Expected, node: str) -> Check:
         result.ok(f"worker environment as launched ({len(expected.env_vars)} variables)")
     _check_sandbox(expected, result)
     _check_device(expected, result)
+    if expected.files is not None:
+        check_files(expected.files, result)
     return result
 
 
@@ -353,7 +358,15 @@ def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], li
     except (ConnectionError, ValueError) as exc:
         return [f"the Ray cluster the run would join is not usable: {exc}"], []
     if address is not None:
-        return check_cluster(cfg, address, expected_from_config(cfg, on_cluster=True, run_dir=run_dir))
+        expected = expected_from_config(cfg, on_cluster=True, run_dir=run_dir)
+        # the folders ranks on every node write into and the head reads back: the run's and the checkpoints'
+        folders = [Path(folder) for folder in (run_dir, dig(cfg, "trainer.default_local_dir", None)) if folder]
+        try:
+            with shared_markers(folders) as shared:
+                files = Files(package_files(), shared, local_model(dig(cfg, "actor_rollout_ref.model.path", None)))
+                return check_cluster(cfg, address, replace(expected, files=files))
+        except UnwritableFolder as exc:
+            return [str(exc)], []
     if nnodes > 1:
         return [f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
                 "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "

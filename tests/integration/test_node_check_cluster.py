@@ -42,15 +42,15 @@ pytestmark = pytest.mark.verl
 SECOND_NODE = "127.0.0.2"  # all of 127.0.0.0/8 is this host's loopback: a second node address without a network
 DEVICE_VARIABLES = ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
                     "TORCHDYNAMO_DISABLE", "TOKENIZERS_PARALLELISM", "RETOOL_CPU_DTYPE", "OMP_NUM_THREADS")
-TWO_NODES_UP = textwrap.dedent(
+NODES_UP = textwrap.dedent(
     """
     import sys, time
     import ray
     ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
     deadline = time.monotonic() + 90
-    while sum(node["Alive"] for node in ray.nodes()) < 2:
+    while sum(node["Alive"] for node in ray.nodes()) < int(sys.argv[2]):
         if time.monotonic() > deadline:
-            sys.exit("the second node did not join within 90 s")
+            sys.exit(f"{sys.argv[2]} nodes did not join within 90 s")
         time.sleep(0.5)
     """
 )
@@ -64,6 +64,12 @@ def listening(port: int) -> bool:
 
 def requests(url: str) -> int:
     return SandboxClient(url).health()["counters"]["requests"]
+
+
+def nodes_up(env: dict, port: int, count: int) -> None:
+    joined = subprocess.run([sys.executable, "-c", NODES_UP, f"127.0.0.1:{port}", str(count)], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert joined.returncode == 0, joined.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +96,7 @@ def cluster():
             [ray, "start", f"--address=127.0.0.1:{port}", f"--node-ip-address={SECOND_NODE}", *common],
             env={**env, "RETOOL_NODE_SANDBOX_URL": f"http://127.0.0.1:{node_sandbox_port}/run_code"},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        joined = subprocess.run([sys.executable, "-c", TWO_NODES_UP, f"127.0.0.1:{port}"], env=env,
-                                capture_output=True, text=True, timeout=180)
-        assert joined.returncode == 0, joined.stderr[-2000:]
+        nodes_up(env, port, 2)
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, node_sandbox_port
     finally:
         for node in reversed(nodes):
@@ -148,7 +152,8 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
         assert passed[node].startswith(f"worker environment as launched ({len(env_vars)} variables); sandbox {url} "
                                        f"(from {source}): "), passed[node]
         assert passed[node].endswith("isolation bwrap; ran print(6*7); verl, torch and vLLM as on the launching "
-                                     "host"), passed[node]
+                                     "host; the recipe and verl as on the launching host (same paths, same files); "
+                                     "the run folder shared; the model found"), passed[node]
     assert node_requests == 1 and head_requests == 2  # each node ran its program on its own sandbox
 
     # the second node's sandbox is down again, so this launch too stops before verl, after the check printed
@@ -166,3 +171,51 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
         f"this resume moved the sandbox to {moved}/run_code (RETOOL_SANDBOX_URL="
         f"{moved}/run_code; the run before it had RETOOL_SANDBOX_URL={head_sandbox}/run_code), but this node's own "
         f"RETOOL_NODE_SANDBOX_URL={node_url} overrides it: its workers call {node_url}"), warnings[0]
+
+
+THIRD_NODE = "127.0.0.3"
+
+
+def test_a_node_that_sees_other_files_stops_the_launch_naming_each(cluster, rl_inputs, tmp_path_factory):
+    """A third node joins whose view of the file system is not the head's (its raylet under bwrap): an edited copy of
+    the recipe at the clone's path, and an empty folder over the tests' temporary files, where RUN_DIR and the model
+    are. The launch stops before verl; that node's lines name the edit, both unshared folders and the model, the
+    others' say they see the head's files."""
+    env, node_sandbox_port = cluster
+    edited = Path(tempfile.mkdtemp(prefix="rt-edited-"))
+    shutil.copytree(REPO_ROOT / "retool", edited / "retool", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(edited / "retool" / "__init__.py", "a") as init:
+        init.write("# a local edit on one node\n")
+    hidden = tmp_path_factory.getbasetemp()
+    ray = str(Path(sys.executable).with_name("ray"))
+    third = subprocess.Popen(
+        ["bwrap", "--dev-bind", "/", "/", "--bind", str(edited / "retool"), str(REPO_ROOT / "retool"),
+         "--tmpfs", str(hidden), "--", ray, "start", f"--address={env['RAY_ADDRESS']}",
+         f"--node-ip-address={THIRD_NODE}", "--block", "--num-cpus=1", "--num-gpus=1", "--disable-usage-stats"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run_dir = tmp_path_factory.mktemp("files") / "run"
+    try:
+        nodes_up(env, int(env["RAY_ADDRESS"].rsplit(":", 1)[1]), 3)
+        with running_sandbox(slots=1) as head_sandbox, running_sandbox(slots=1, port=node_sandbox_port):
+            launch = launch_two_nodes(env, rl_inputs, run_dir, head_sandbox)
+    finally:
+        stop_group(third, timeout=5)
+        shutil.rmtree(edited, ignore_errors=True)
+    assert launch.returncode == 1, launch.stderr[-3000:]
+    assert "error: the node check failed before step 1" in launch.stderr
+    assert not (run_dir / "logs" / "rl.log").exists()  # verl never started
+    lines = {node: [first, *(line.strip() for line in more.splitlines())] for node, first, more in
+             re.findall(r"^\[(?: OK |FAIL)\] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", launch.stderr, re.MULTILINE)}
+    assert len(lines) == 3 and {SECOND_NODE, THIRD_NODE} <= set(lines), launch.stderr
+    for node in set(lines) - {THIRD_NODE}:
+        assert "the recipe and verl as on the launching host (same paths, same files); the run folder shared; the " \
+               "model found" in lines[node], lines[node]
+    assert f"[FAIL] node {THIRD_NODE}: " in launch.stderr
+    seen = "\n".join(lines[THIRD_NODE])
+    assert f"retool at {REPO_ROOT / 'retool'} holds other files than on the launching host (another commit or local " \
+           "edits)" in seen
+    for folder in (run_dir, run_dir / "checkpoints" / "rl"):
+        assert f"{folder} is not the launching host's folder here: the file .node-check-" in seen, seen
+    assert f"the model {rl_inputs['MODEL_PATH']} is not here" in seen
+    assert "verl, torch and vLLM as on the launching host" in seen  # what it does share is not blamed
+    assert not list(run_dir.rglob(".node-check-*"))  # the launching host took its markers back

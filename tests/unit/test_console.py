@@ -190,7 +190,7 @@ def test_without_a_validation_first_the_metric_stream_s_file_marks_the_start_of_
         console = Console("sft", Plain(out), "logs/sft.log", total=4, clock=clock, sources=Sources(metrics=metrics))
         clock.now += 20
         if bar_first:
-            console.feed("Epoch 1/1:   0%|          | 0/4 [00:00<?, ?it/s]\n".encode())
+            console.feed(b"Epoch 1/1:   0%|          | 0/4 [00:00<?, ?it/s]\n")
         metrics.write_text(json.dumps({"step": 1, "data": {"train/loss": 0.5, "train/lr": 1e-3}}) + "\n")
         clock.now += 1
         console.tick()

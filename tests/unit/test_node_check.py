@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from processes import processes_with
-from retool.checklist import FAIL
+from retool.checklist import FAIL, OK, Check
 from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
+from retool.node_files import MARKER_PREFIX, Files, UnwritableFolder, check_files, package_files, shared_markers
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
@@ -191,3 +192,38 @@ def test_a_resume_whose_new_sandbox_url_a_node_s_own_url_overrides_says_so(tmp_p
                               f"(RETOOL_SANDBOX_URL={new}/run_code; the run before it had RETOOL_SANDBOX_URL={old}), "
                               f"but this node's own RETOOL_NODE_SANDBOX_URL={node_own}/run_code overrides it")
     assert "unset RETOOL_NODE_SANDBOX_URL" in warning and "`ray start`" in warning
+
+
+def test_a_node_that_sees_other_files_than_the_launching_host_is_told_which(tmp_path):
+    """The same clone, run folder and model pass; each of another commit, another clone path, another verl, a run
+    folder that is not shared and a missing model is a failure naming it (the real second node that lacks them:
+    tests/integration/test_node_check_cluster.py)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    here = package_files()
+    with shared_markers([tmp_path / "run", tmp_path / "run" / "checkpoints"]) as shared:
+        same = Check(OK, "node a")
+        check_files(Files(here, shared, str(model)), same)
+        (retool_dir, _), (verl_dir, verl_digest) = here["retool"], here["verl"]
+        other = {**here, "retool": (retool_dir, "0" * 64), "verl": ("/opt/other/verl", verl_digest),
+                 "retool_sandbox": None}  # the launching host lacks it: nothing to compare
+        unshared = {**shared, str(tmp_path / "elsewhere"): next(iter(shared.values()))}
+        different = Check(OK, "node b")
+        check_files(Files(other, unshared, str(tmp_path / "no-model")), different)
+    assert same.status == OK and same.details == ["the recipe and verl as on the launching host (same paths, same "
+                                                  "files); the run folder shared; the model found"]
+    assert different.status == FAIL and len(different.details) == 4, different.details
+    commit, path, folder, missing = different.details
+    assert commit.startswith(f"retool at {retool_dir} holds other files than on the launching host (another commit")
+    assert path.startswith(f"verl is imported from {verl_dir} here, from /opt/other/verl on the launching host")
+    assert folder.startswith(f"{tmp_path / 'elsewhere'} is not the launching host's folder here")
+    assert "RUN_DIR" in folder
+    assert missing.startswith(f"the model {tmp_path / 'no-model'} is not here")
+    assert list((tmp_path / "run").rglob(f"{MARKER_PREFIX}*")) == []  # the markers are gone after the check
+
+
+def test_a_run_folder_the_launching_host_cannot_write_names_it(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnwritableFolder, match=r"cannot write into .*file/run \(.*\)\. Fix: a RUN_DIR"):
+        with shared_markers([tmp_path / "file" / "run"]):
+            pass

@@ -118,13 +118,20 @@ export RUN_DIR RETOOL_RUN_DIR="$RUN_DIR"
 # verl's TensorBoard logger (and its validation-generations TEXT tab) writes where this points.
 export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/$STAGE}"
 # verl's metric stream (its `file` tracker in trainer.logger), which the console view reads: each launch of the run
-# folder its own numbered file, since verl truncates the file it opens.
-LAUNCH_NO=1
-for earlier in "$RUN_DIR/logs/metrics/$STAGE"-*.jsonl; do
-  number="${earlier##*-}"; number="${number%.jsonl}"
-  [[ ! "$number" =~ ^[0-9]+$ ]] || (( number < LAUNCH_NO )) || LAUNCH_NO=$(( number + 1 ))
-done
-export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics/$STAGE-$LAUNCH_NO.jsonl"
+# folder its own numbered file, since verl truncates the file it opens. Only global rank 0 writes it: the other nodes
+# of a multi-node SFT neither name one nor wait for it (their consoles show their own output).
+NODE_SUFFIX=""  # a multi-node SFT's other nodes: ".node<rank>" on their own log and Hydra folder (below)
+[[ "$STAGE" != sft || "${NODE_RANK:-0}" == 0 ]] || NODE_SUFFIX=".node$NODE_RANK"
+if [[ -z "$NODE_SUFFIX" ]]; then
+  LAUNCH_NO=1
+  for earlier in "$RUN_DIR/logs/metrics/$STAGE"-*.jsonl; do
+    number="${earlier##*-}"; number="${number%.jsonl}"
+    [[ ! "$number" =~ ^[0-9]+$ ]] || (( number < LAUNCH_NO )) || LAUNCH_NO=$(( number + 1 ))
+  done
+  export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics/$STAGE-$LAUNCH_NO.jsonl"
+else
+  unset VERL_FILE_LOGGER_PATH
+fi
 
 HYDRA_ARGS=(--config-path "$REPO_DIR/configs" --config-name "$CONFIG_NAME" "device/$STAGE=$DEVICE"
             "profile/$STAGE=$PROFILE")
@@ -161,7 +168,8 @@ RESUME_ARGS=()
 RESUMING=false
 PARTIAL="$(mktemp "$RUN_DIR/.$RESOLVED.XXXXXX")"  # renamed into place whole: other nodes may read it
 "${COMPOSE[@]}" "$@" "${SHAKEDOWN_ARGS[@]}" --cfg job --resolve > "$PARTIAL" \
-  2> "$RUN_DIR/logs/$STAGE.resolve.log" || { cat "$RUN_DIR/logs/$STAGE.resolve.log" >&2; rm -f "$PARTIAL"; exit 1; }
+  2> "$RUN_DIR/logs/$STAGE$NODE_SUFFIX.resolve.log" \
+  || { cat "$RUN_DIR/logs/$STAGE$NODE_SUFFIX.resolve.log" >&2; rm -f "$PARTIAL"; exit 1; }
 if [[ "$STAGE" == rl ]]; then
   # What would otherwise fail inside the run: a reward manager that drops num_turns, no failure accounting, no
   # code_interpreter tool, rows without a ground truth (retool/failures/preflight.py). Checked before the run folder
@@ -193,10 +201,11 @@ if [[ "$STAGE" == rl ]]; then
   # Every node verl will run on: its own sandbox (answers, bwrap, runs a program), the worker environment, its devices.
   "$PYTHON" -m retool.node_check --config "$RUN_DIR/$RESOLVED"
 fi
-RUN_ARGS=(--config-path "$RUN_DIR" --config-name "${RESOLVED%.yaml}" hydra.run.dir="$RUN_DIR/hydra"
+# Each node of a multi-node SFT its own log and Hydra folder: on shared storage one file would interleave them.
+RUN_ARGS=(--config-path "$RUN_DIR" --config-name "${RESOLVED%.yaml}" hydra.run.dir="$RUN_DIR/hydra$NODE_SUFFIX"
           "${RESUME_ARGS[@]}")
 
-LOG="$RUN_DIR/logs/$STAGE.log"
+LOG="$RUN_DIR/logs/$STAGE$NODE_SUFFIX.log"
 launch_record() {  # logs/launches.jsonl, a line when verl starts and one when it ended well (retool/shakedown/)
   local fields='{"event": "%s", "stage": "%s", "kind": "%s", "device": "%s", "node_rank": "%s", "resume": %s, '
   printf "$fields"'"start": %s, "time": %s}\n' "$1" "$STAGE" "$RUN_KIND" "$DEVICE" "${NODE_RANK:-0}" "$RESUMING" \

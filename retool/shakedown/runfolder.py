@@ -135,11 +135,16 @@ class Stage:
 
     @property
     def starts(self) -> list[dict[str, Any]]:
-        return [r for r in self.launches if r.get("event") == "start"]
+        return [r for r in self._led() if r.get("event") == "start"]
 
     @property
     def ends(self) -> list[dict[str, Any]]:
-        return [r for r in self.launches if r.get("event") == "end"]
+        return [r for r in self._led() if r.get("event") == "end"]
+
+    def _led(self) -> list[dict[str, Any]]:
+        """The launches themselves: node 0's lines. A multi-node SFT's other nodes join node 0's launch, and find
+        the config it has just written, so their lines say "resume" on a first launch too."""
+        return [r for r in self.launches if str(r.get("node_rank", "0")) == "0"]
 
 
 @dataclass

@@ -12,6 +12,8 @@ variables of configs/device/cpu.env, as a `ray start` by hand or by a scheduler 
 3. The run is resumed with the head's sandbox moved (a new RETOOL_SANDBOX_URL): the head's line says the resume
    put the new URL in place of the saved one; the second node's own RETOOL_NODE_SANDBOX_URL still wins there, and
    a warning names both URLs and what to change, for that node only.
+4. A third node whose file system is not the head's (its raylet under bwrap: an edited copy of the recipe at the
+   clone's path, an empty folder over RUN_DIR and the model) stops the launch, its lines naming each difference.
 """
 
 from __future__ import annotations

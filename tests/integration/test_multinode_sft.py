@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from ports import free_port
+from processes import stop_group
 from retool.constants import REPO_ROOT
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
@@ -53,15 +54,23 @@ def two_nodes(assets, tmp_path_factory) -> dict:
                RETOOL_SMOKE_MODEL=str(assets / "model"), PYTHON=sys.executable)
     # the smoke's batch of 8 is 4 per rank here
     overrides = ["+smoke=sft", "data.micro_batch_size_per_gpu=4", f"trainer.total_training_steps={STEPS}"]
+    consoles = [run_dir.parent / f"node{rank}.console" for rank in (0, 1)]  # files: a full pipe would stall a node
     nodes = []
-    for rank in (0, 1):
-        nodes.append(subprocess.Popen([str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh"), *overrides], cwd=REPO_ROOT,
-                                      env={**env, "NODE_RANK": str(rank)}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
-        time.sleep(1)  # two hosts never start at the same instant: node 1 finds node 0's resolved config
-    outputs = [node.communicate(timeout=900)[0] for node in nodes]
-    return {"run_dir": run_dir, "codes": [node.returncode for node in nodes], "consoles": outputs,
-            "model": assets / "model"}
+    try:
+        for rank, console in enumerate(consoles):
+            with open(console, "w") as out:
+                nodes.append(subprocess.Popen([str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh"), *overrides],
+                                              cwd=REPO_ROOT, env={**env, "NODE_RANK": str(rank)}, stdout=out,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+            time.sleep(1)  # two hosts never start at the same instant: node 1 finds node 0's resolved config
+        for node in nodes:
+            node.wait(timeout=900)
+    finally:
+        for node in nodes:
+            if node.poll() is None:  # a hung rendezvous: stop only what this test started
+                stop_group(node, timeout=10)
+    return {"run_dir": run_dir, "codes": [node.returncode for node in nodes],
+            "consoles": [console.read_text() for console in consoles], "model": assets / "model"}
 
 
 def test_both_nodes_train_one_job_and_each_keeps_its_own_log(two_nodes):

@@ -7,6 +7,8 @@
 # make test-faults      failure accounting in both async trainer modes, mass faults included (~33 min with its smoke
 #                       run on a 2-core AVX2-only Zen 1, before patch 0007; make test runs the separate_async fault
 #                       run only)
+# make rehearse-nodes  two Ray nodes on this host: the node check, SFT on two torchrun nodes, RL sync killed and
+#                       resumed, RL separate_async across the nodes (~20 min; results in docs/performance.md)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
 # make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, the off-by-one diagnostic,
@@ -20,7 +22,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml sandbox/pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast test-shakedown test-faults bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
+.PHONY: setup smoke test test-fast test-shakedown test-faults rehearse-nodes bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -50,6 +52,9 @@ test-shakedown: setup
 
 test-faults: setup
 	$(PY) -m pytest -m "not shakedown" tests/e2e/test_failure_accounting.py
+
+rehearse-nodes: setup
+	$(PY) bench/rehearse_nodes.py --output docs/performance.md
 
 bench: setup
 	$(PY) bench/sandbox_bench.py --output docs/performance.md

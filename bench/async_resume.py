@@ -47,40 +47,11 @@ STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
 CHECKPOINT = (KILL_AFTER // SAVE_EVERY) * SAVE_EVERY
 
 
-def _helpers():
-    spec = importlib.util.spec_from_file_location("processes", REPO_ROOT / "tests" / "helpers" / "processes.py")
+def _helper(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "tests" / "helpers" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def question(text: str) -> str:
-    """A prompt's identity: the first line of its user message (a dump's rendered input, or the parquet's)."""
-    return text.rsplit("user\n", 1)[-1].strip().splitlines()[0].strip()
-
-
-def trained(dump: Path) -> Counter:
-    """Prompt -> trajectories trained at one step (verl's rollout dump of that step)."""
-    return Counter(question(json.loads(line)["input"]) for line in dump.read_text().splitlines() if line.strip())
-
-
-def data_order(parquet: Path, seed: int | None, count: int) -> list[str]:
-    """The first ``count`` prompts verl's training dataloader hands out: its RandomSampler (verl's
-    create_rl_sampler; an unseeded generator has torch's fixed default seed) over the parquet's rows."""
-    import pandas as pd
-    import torch
-    from torchdata.stateful_dataloader.sampler import RandomSampler
-
-    rows = [question(messages[-1]["content"]) for messages in pd.read_parquet(parquet)["prompt"]]
-    if len(set(rows)) != len(rows):
-        raise ValueError(f"{parquet}: prompts share a first line, so dumps cannot be matched to rows")
-    generator = torch.Generator()
-    if seed is not None:
-        generator.manual_seed(seed)
-    order: list[str] = []
-    while len(order) < count:  # epochs: the sampler draws a new permutation each time it is exhausted
-        order += [rows[i] for i in RandomSampler(range(len(rows)), generator=generator)]
-    return order[:count]
 
 
 def handed_out(checkpoint: Path) -> int:
@@ -88,18 +59,6 @@ def handed_out(checkpoint: Path) -> int:
     import torch
 
     return int(torch.load(checkpoint / "data.pt", weights_only=False)["_num_yielded"])
-
-
-def scalar_points(event_dir: Path, tag: str) -> Counter:
-    """step -> how many times ``tag`` was logged at that step, over every event file (no de-duplication)."""
-    from retool.resume import _event, _records
-
-    counts: Counter = Counter()
-    for path in event_dir.rglob("events.out.tfevents.*"):
-        for record in _records(path.read_bytes()):
-            event = _event(record)
-            counts.update(event.step for value in event.summary.value if value.tag == tag)
-    return counts
 
 
 def verl_log(run_dir: Path) -> str:
@@ -115,16 +74,17 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     dumps = {step: run_dir / "rollouts" / f"{step}.jsonl" for step in range(1, STEPS + 1)}
     missing = [step for step, path in dumps.items() if not path.is_file()]
     checkpoints = Path(config["trainer"]["default_local_dir"])
-    per_step = {step: trained(path) for step, path in dumps.items() if path.is_file()}
+    data = _helper("resume_checks")
+    per_step = {step: data.trained(path) for step, path in dumps.items() if path.is_file()}
     before = set().union(*(set(per_step.get(s, {})) for s in range(1, CHECKPOINT + 1)))
     after = set().union(*(set(per_step.get(s, {})) for s in range(CHECKPOINT + 1, STEPS + 1)))
     count = handed_out(checkpoints / f"global_step_{CHECKPOINT}")
-    order = data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), count)
+    order = data.data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), count)
     in_flight = set(order) - before
     restored = re.findall(r"Restored (\d+) training prompt groups", log)
     prompts_per_step = config["data"]["train_batch_size"]
     event_dir = run_dir / "tensorboard" / "rl"
-    points = scalar_points(event_dir, "critic/rewards/mean")
+    points = data.scalar_points(event_dir, "critic/rewards/mean")
     labels = dict(scalar_values(event_dir, "training/global_step"))
     checks = {
         "every step's dump exists": (not missing, f"missing: {missing}" if missing else "steps 1-6"),
@@ -161,7 +121,7 @@ def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:
 
 def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout_s: float = 1800) -> dict[str, Any]:
     """Launch, SIGKILL after step 3, resume; returns the check results and timings."""
-    processes = _helpers()
+    processes = _helper("processes")
     ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
     args = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
             "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.experiment_name=resume-{mode}",

@@ -148,6 +148,10 @@ if [[ "$STAGE" == rl ]]; then
   # PYTHONSAFEPATH for what the workers start, also where `ray start` brought them up without this environment.
   HYDRA_ARGS+=("+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=retool.launch_path.undo_driver_paths"
                "$RUNTIME_ENV.PYTHONSAFEPATH='1'")
+  # On a cluster started by `ray start` (RAY_ADDRESS) its nodes declare their resources, and ray.init refuses the
+  # sizes configs/device/rl/cpu.yaml gives a Ray of its own.
+  [[ -z "${RAY_ADDRESS:-}" || "$DEVICE" != cpu ]] || HYDRA_ARGS+=(ray_kwargs.ray_init.num_cpus=null
+                                                                ray_kwargs.ray_init.num_gpus=null)
   # The device variables too: workers that `ray start` brought up on other nodes never read $DEVICE_ENV.
   for name in $(sed -nE 's/^[[:space:]]*export[[:space:]]+([A-Za-z_][A-Za-z0-9_]*).*/\1/p' "$DEVICE_ENV" | sort -u); do
     value="${!name}"

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -44,27 +43,13 @@ from retool.failures.limits import read_records
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
+from resume_checks import scalar_points
 from verl_tree import imported, verl_tree
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
 STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
 
-
-
-def scalar_points(event_dir: Path, tag: str) -> Counter:
-    """step -> how many times ``tag`` was logged at that step, over every event file (no de-duplication)."""
-    from tensorboard.compat.proto.event_pb2 import Event
-
-    counts: Counter = Counter()
-    for path in event_dir.glob("events.out.tfevents.*"):
-        data, offset = path.read_bytes(), 0
-        while offset + 12 <= len(data):
-            (length,) = struct.unpack_from("<Q", data, offset)
-            event = Event.FromString(data[offset + 12: offset + 12 + length])
-            offset += 12 + length + 4
-            counts.update(event.step for value in event.summary.value if value.tag == tag)
-    return counts
 
 
 def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:

@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -32,20 +31,8 @@ STEPS = 2
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory) -> Path:
-    """The smoke's assets as run_smoke_cpu.sh builds them (its shipped tiny model, no pre-training)."""
-    out = tmp_path_factory.mktemp("smoke-assets")
-    proc = subprocess.run([sys.executable, "-m", "retool.smoke.build", "--out", str(out), "--aime-rows", "8",
-                           "--rl-val-rows", "64", "--profile", "improved"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = out / "launcher-data"  # the file name the launcher requires
-    data.mkdir()
-    (data / "retool_sft.parquet").symlink_to(out / "data" / "sft_train.parquet")
-    return out
-
-
-@pytest.fixture(scope="module")
-def two_nodes(assets, tmp_path_factory) -> dict:
+def two_nodes(smoke_assets, tmp_path_factory) -> dict:
+    assets = smoke_assets
     run_dir = tmp_path_factory.mktemp("sft-2n") / "run"
     env = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "SHAKEDOWN")}
     env.update(DEVICE="cpu", PROFILE="improved", NNODES="2", NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1",

@@ -18,94 +18,36 @@ variables of configs/device/cpu.env, as a `ray start` by hand or by a scheduler 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port
+from processes import stop_group
+from ray_cluster import DEVICE_VARIABLES, SECOND_NODE, nodes_up, two_node_cluster
 
-from processes import processes_with, stop_group
 from retool.constants import REPO_ROOT
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
-from ports import free_port
 
 pytestmark = pytest.mark.verl
-
-SECOND_NODE = "127.0.0.2"  # all of 127.0.0.0/8 is this host's loopback: a second node address without a network
-DEVICE_VARIABLES = ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
-                    "TORCHDYNAMO_DISABLE", "TOKENIZERS_PARALLELISM", "RETOOL_CPU_DTYPE", "OMP_NUM_THREADS")
-NODES_UP = textwrap.dedent(
-    """
-    import sys, time
-    import ray
-    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-    deadline = time.monotonic() + 90
-    while sum(node["Alive"] for node in ray.nodes()) < int(sys.argv[2]):
-        if time.monotonic() > deadline:
-            sys.exit(f"{sys.argv[2]} nodes did not join within 90 s")
-        time.sleep(0.5)
-    """
-)
-
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def requests(url: str) -> int:
     return SandboxClient(url).health()["counters"]["requests"]
 
 
-def nodes_up(env: dict, port: int, count: int) -> None:
-    joined = subprocess.run([sys.executable, "-c", NODES_UP, f"127.0.0.1:{port}", str(count)], env=env,
-                            capture_output=True, text=True, timeout=180)
-    assert joined.returncode == 0, joined.stderr[-2000:]
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    """(environment to reach the cluster with, the second node's sandbox port); both raylets stopped afterwards."""
-    temp_dir = tempfile.mkdtemp(prefix="rt-2n-")  # short: Ray's unix socket paths must stay < 108 bytes
-    port, node_sandbox_port = free_port(), free_port()
-    # A home of their own: a Ray run earlier in the session leaves ~/.ray/auth_token, which a new head would require.
-    env = {key: value for key, value in os.environ.items()
-           if key not in DEVICE_VARIABLES + ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL")}
-    env["HOME"] = temp_dir
-    ray = str(Path(sys.executable).with_name("ray"))
-    common = ["--block", "--num-cpus=1", "--num-gpus=1", "--disable-usage-stats"]
-    nodes = [subprocess.Popen(
-        [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-         f"--temp-dir={temp_dir}", *common],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
-    try:
-        deadline = time.monotonic() + 90
-        while not listening(port):
-            assert nodes[0].poll() is None and time.monotonic() < deadline, "the Ray head did not start"
-            time.sleep(0.5)
-        nodes.append(subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", f"--node-ip-address={SECOND_NODE}", *common],
-            env={**env, "RETOOL_NODE_SANDBOX_URL": f"http://127.0.0.1:{node_sandbox_port}/run_code"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        nodes_up(env, port, 2)
-        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, node_sandbox_port
-    finally:
-        for node in reversed(nodes):
-            stop_group(node, timeout=5)  # only the processes this module started; a test cluster needs no grace
-        for pid in processes_with(temp_dir):  # a Ray process that left the group
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(temp_dir, ignore_errors=True)  # its sessions' logs and sockets
+    """(environment to reach the cluster with, the second node's sandbox port)."""
+    node_sandbox_port = free_port()
+    with two_node_cluster(f"http://127.0.0.1:{node_sandbox_port}/run_code") as env:
+        yield env, node_sandbox_port
 
 
 def launch_two_nodes(env: dict, rl_inputs: dict, run_dir: Path, sandbox: str) -> subprocess.CompletedProcess:

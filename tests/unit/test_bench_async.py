@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from resume_checks import data_order
+
 from retool.constants import REPO_ROOT
 
 
@@ -81,7 +83,7 @@ def make_run(root: Path, *, lost: bool = False, twice: bool = False) -> tuple[Pa
     data = root / "rl_train.parquet"
     pd.DataFrame({"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}]
                              for q in questions]}).to_parquet(data)
-    order = resume.data_order(data, None, 16)
+    order = data_order(data, None, 16)
     config = {"data": {"train_files": str(data), "seed": None, "train_batch_size": 2},
               "trainer": {"default_local_dir": str(root / "checkpoints")}}
     import yaml

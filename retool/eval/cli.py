@@ -222,12 +222,17 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 "repetition_penalty": 1.0, "logprobs": False}
     reward_kwargs = dict(OmegaConf.to_container(config.reward.custom_reward_function.get("reward_kwargs") or {},
                                                 resolve=True)) if config.get("reward") else {}
+    dtype = str(rollout.get("dtype") or "bfloat16")
+    if device == "cpu":  # the training's rule (configs/device/cpu.env): float32 unless RETOOL_CPU_DTYPE=bfloat16
+        from retool.platform.cpu_dtype import host_dtype
+
+        dtype = host_dtype()[0]
     settings_record = {
         "model": str(args.model), "data": [str(d) for d in args.data], "n": args.n, "limit": args.limit,
         "prompt_style": args.prompt_style,
         "problems": len(problems), "sandbox_url": sandbox_url, "device": device, "config": str(args.config),
         "overrides": overrides, "sampling": sampling, "seed": args.seed, "reward_kwargs": reward_kwargs,
-        "structured_regex": args.structured_regex,
+        "structured_regex": args.structured_regex, "dtype": dtype,
         "prompt_length": int(rollout.prompt_length), "response_length": int(rollout.response_length),
         "multi_turn": OmegaConf.to_container(rollout.multi_turn, resolve=True),
     }
@@ -239,7 +244,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                             gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
                             max_num_seqs=rollout.get("max_num_seqs"), seed=args.seed,
                             enforce_eager=args.enforce_eager or device == "cpu",
-                            dtype=str(rollout.get("dtype") or "bfloat16"), structured_regex=args.structured_regex)
+                            dtype=dtype, structured_regex=args.structured_regex)
     samples_path = args.output / "samples.jsonl"
     total = len(problems) * args.n
     done = correct = used_tool = 0

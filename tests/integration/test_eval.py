@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from retool.reward import compute_score
 from retool_sandbox.client import SandboxClient
@@ -143,6 +144,10 @@ def test_eval_on_tiny_model(plain_run: dict[str, Any]) -> None:
     assert "acc/mean@2" in plain_run["stdout"]
     for name in ("samples.jsonl", "metrics.json", "eval_config.yaml", "tool_config.yaml"):
         assert (plain_run["out"] / name).is_file()
+    # on a CPU the training's dtype rule, not the rollout config's bf16 (emulated and ~60x slower without avx512_bf16)
+    from retool.platform.cpu_dtype import host_dtype
+
+    assert yaml.safe_load((plain_run["out"] / "eval_config.yaml").read_text())["dtype"] == host_dtype()[0]
 
 
 def test_tool_path_with_forced_calls(plain_run: dict[str, Any], assets: Path, sandbox: str,

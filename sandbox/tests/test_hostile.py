@@ -309,8 +309,8 @@ def test_detached_grandchild_dies_on_timeout(tier_url):
         "print('waiting', flush=True)\ntime.sleep(60)"
     )
     body = run(url, code, run_timeout=1)
-    assert body["run_result"]["status"] == "TimeLimitExceeded"
-    assert body["run_result"]["stdout"] == "waiting\n"
+    assert body["run_result"]["status"] == "TimeLimitExceeded", body
+    assert body["run_result"]["stdout"] == "waiting\n", body
     deadline = time.monotonic() + 3
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -8,7 +8,7 @@
 #                       run on a 2-core AVX2-only Zen 1, before patch 0007; make test runs the separate_async fault
 #                       run only)
 # make rehearse-nodes  two Ray nodes on this host: the node check, SFT on two torchrun nodes, RL sync killed and
-#                       resumed, RL separate_async across the nodes (~20 min; results in docs/performance.md)
+#                       resumed, RL separate_async across the nodes (~8 min; results in docs/performance.md)
 # make bench   the sandbox benchmark (numbers go to docs/performance.md)
 # make bench-loadtest   the sandbox under one RL step's tool calls, 1,024 trajectories, both session modes (~30 min)
 # make bench-learning   accuracy under GRPO: the smoke's RL stage, 2 more seeds, 2 controls, the off-by-one diagnostic,

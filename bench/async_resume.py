@@ -85,7 +85,7 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     prompts_per_step = config["data"]["train_batch_size"]
     event_dir = run_dir / "tensorboard" / "rl"
     points = data.scalar_points(event_dir, "critic/rewards/mean")
-    labels = dict(scalar_values(event_dir, "training/global_step"))
+    labels = dict(data.scalar_values(event_dir, "training/global_step"))
     checks = {
         "every step's dump exists": (not missing, f"missing: {missing}" if missing else "steps 1-6"),
         "resumed from the checkpoint of step 2": (
@@ -111,12 +111,6 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     }
     return {"checks": {name: {"passed": bool(ok), "seen": seen} for name, (ok, seen) in checks.items()},
             "in_flight": len(in_flight), "restored_groups": int(restored[-1]) if restored else None}
-
-
-def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:
-    from retool.report import read_event_dir
-
-    return {step: value for step, (_, value) in read_event_dir(event_dir).get(tag, {}).items()}
 
 
 def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout_s: float = 1800) -> dict[str, Any]:

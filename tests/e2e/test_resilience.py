@@ -43,19 +43,13 @@ from retool.failures.limits import read_records
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
-from resume_checks import scalar_points
+from resume_checks import scalar_points, scalar_values
 from verl_tree import imported, verl_tree
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
 STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
 
-
-
-def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:
-    from retool.report import read_event_dir
-
-    return {step: value for step, (_, value) in read_event_dir(event_dir).get(tag, {}).items()}
 
 
 def prompts(dump: Path) -> Counter:

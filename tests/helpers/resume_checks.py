@@ -47,3 +47,10 @@ def scalar_points(event_dir: Path, tag: str) -> Counter:
             event = _event(record)
             counts.update(event.step for value in event.summary.value if value.tag == tag)
     return counts
+
+
+def scalar_values(event_dir: Path, tag: str) -> dict[int, float]:
+    """step -> the value of ``tag`` logged at that step."""
+    from retool.report import read_event_dir
+
+    return {step: value for step, (_, value) in read_event_dir(event_dir).get(tag, {}).items()}

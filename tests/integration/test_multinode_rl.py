@@ -96,6 +96,11 @@ def placed(before: dict, after: dict) -> dict[str, list[str]]:
     return {name: sorted(nodes) for name, nodes in out.items()}
 
 
+def trainer_nodes(placed_on: dict[str, list[str]]) -> list[list[str]]:
+    """The nodes of verl's trainer workers (its colocated WorkerDict class, or an ActorRollout one)."""
+    return [nodes for name, nodes in placed_on.items() if "ActorRollout" in name or "WorkerDict" in name]
+
+
 def quiet(cluster: dict, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     for url in cluster["sandboxes"].values():
@@ -155,9 +160,9 @@ def two_node_run(cluster, smoke_assets, tmp_path_factory) -> dict:
             stop_group(first, timeout=10)
     killed_after = time.monotonic() - started
     quiet(cluster)  # the killed launch's calls in flight end on the servers, which count them then
-    at_kill = all_counters(cluster)
+    at_kill, resumed = all_counters(cluster), time.monotonic()
     second = subprocess.run(launcher, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    resumed_in = time.monotonic() - started - killed_after
+    resumed_in = time.monotonic() - resumed
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     run = {"run_dir": run_dir, "second": second.stdout + second.stderr, "placed": placed(table_before, actors(cluster)),
            "calls": difference(at_kill, all_counters(cluster))}
@@ -173,8 +178,8 @@ def test_trainer_ranks_and_rollout_replicas_ran_on_both_nodes(two_node_run):
     assert len(nodes) == 2 and SECOND_NODE in nodes, placed_on
     both = sorted(2 * list(nodes))  # two launches, each with one of these per node
     assert placed_on["vLLMHttpServer"] == both and placed_on["AccountingAgentLoopWorker"] == both, placed_on
-    trainer = [name for name in placed_on if "ActorRollout" in name or "WorkerDict" in name]  # verl's worker class
-    assert trainer and all(placed_on[name] == both for name in trainer), placed_on
+    trainer = trainer_nodes(placed_on)
+    assert trainer and all(nodes == both for nodes in trainer), placed_on
     actor = two_node_run["run_dir"] / "checkpoints" / "rl" / f"global_step_{STEPS}" / "actor"
     assert sorted(path.name for path in actor.glob("model_world_size_*_rank_*.pt")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
@@ -228,8 +233,7 @@ def separate_run(cluster, smoke_assets, tmp_path_factory) -> dict:
 @pytest.mark.rehearsal
 def test_separate_async_trains_on_one_node_and_rolls_out_on_the_other(separate_run):
     placed_on = separate_run["placed"]
-    rollout, trainer = placed_on["vLLMHttpServer"], [placed_on[name] for name in placed_on if "ActorRollout" in name
-                                                     or "WorkerDict" in name]
+    rollout, trainer = placed_on["vLLMHttpServer"], trainer_nodes(placed_on)
     assert len(rollout) == 1 and trainer and all(len(nodes) == 1 and nodes != rollout for nodes in trainer), placed_on
     assert sorted(separate_run["synced"]) == list(range(1, STEPS + 1)), separate_run["synced"]
     assert all(size > 0 for size in separate_run["synced"].values())  # the weights went to the other node

@@ -32,13 +32,12 @@ STEPS = 2
 
 @pytest.fixture(scope="module")
 def two_nodes(smoke_assets, tmp_path_factory) -> dict:
-    assets = smoke_assets
     run_dir = tmp_path_factory.mktemp("sft-2n") / "run"
     env = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "SHAKEDOWN")}
     env.update(DEVICE="cpu", PROFILE="improved", NNODES="2", NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RUN_DIR=str(run_dir), DATA_DIR=str(assets / "launcher-data"),
-               MODEL_PATH=str(assets / "model"), RETOOL_DATA_DIR=str(assets / "data"),
-               RETOOL_SMOKE_MODEL=str(assets / "model"), PYTHON=sys.executable)
+               MASTER_PORT=str(free_port()), RUN_DIR=str(run_dir), DATA_DIR=str(smoke_assets / "launcher-data"),
+               MODEL_PATH=str(smoke_assets / "model"), RETOOL_DATA_DIR=str(smoke_assets / "data"),
+               RETOOL_SMOKE_MODEL=str(smoke_assets / "model"), PYTHON=sys.executable)
     # the smoke's batch of 8 is 4 per rank here
     overrides = ["+smoke=sft", "data.micro_batch_size_per_gpu=4", f"trainer.total_training_steps={STEPS}"]
     consoles = [run_dir.parent / f"node{rank}.console" for rank in (0, 1)]  # files: a full pipe would stall a node
@@ -57,7 +56,7 @@ def two_nodes(smoke_assets, tmp_path_factory) -> dict:
             if node.poll() is None:  # a hung rendezvous: stop only what this test started
                 stop_group(node, timeout=10)
     return {"run_dir": run_dir, "codes": [node.returncode for node in nodes],
-            "consoles": [console.read_text() for console in consoles], "model": assets / "model"}
+            "consoles": [console.read_text() for console in consoles], "model": smoke_assets / "model"}
 
 
 def test_both_nodes_train_one_job_and_each_keeps_its_own_log(two_nodes):

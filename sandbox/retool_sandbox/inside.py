@@ -31,17 +31,21 @@ forks; the child takes the fds as 0/1/2/3, closes every other fd (the control so
 session, reseeds the random generators that a fork would otherwise copy (numpy's global one, sympy's; the
 ``random`` module reseeds itself), drops to ``uid`` (-1: stay) with no groups, changes to ``cwd`` and enters. The
 server hears ``P<pid>`` after the fork and ``E <exit code> <exit time> <clean>`` once the program exited and was
-swept. ``clean`` is 0 when the sweep failed; the server then retires the sandbox. A failed fork answers
+swept. The fork server is the subreaper of what its programs leave: after a sweep it reaps every process the sweep
+killed before it answers, since a zombie of the uid would count against the next program's process limit.
+``clean`` is 0 when the sweep failed or a killed process had not exited 10 s later; the server then retires the
+sandbox. A failed fork answers
 ``F<reason>``. The fork server holds only CAP_SETUID/CAP_SETGID (launched through ``setpriv``, no-new-privs); a uid
 change clears them. It runs no code but its own and the preimported packages' module-level code, before any
 program, with the work dir removed from ``sys.path``; every program is a fresh fork of that untouched state.
 
 The sweep helper is forked before the preimport, so it stays a small process that is cheap to fork. Per sweep it
-reads ``<uid>\\n``, forks a child that drops to ``uid`` and runs ``_retool_sweep_here``, and answers ``1`` (clean)
-or ``0``. ``_retool_sweep_here`` (running as the uid) SIGKILLs every process of that uid (``kill(-1)``; it reaches
-only the sandbox's pid namespace under bwrap, the whole host for the rlimit tier's dedicated uid), deletes what the
-uid left in /tmp, /var/tmp, /dev/shm and /dev/mqueue (``chmod -R``, ``rm -rf``: any depth, no symlinks followed),
-and removes its System V IPC objects with ``ipcrm``.
+reads ``<uid>\\n``, forks a child that drops to ``uid`` and runs ``_retool_sweep_here`` (again, up to three times,
+if something killed it: the server's own signals to the uid can), and answers ``1`` (clean) or ``0``.
+``_retool_sweep_here`` (running as the uid) SIGKILLs every process of that uid (``kill(-1)``; it reaches only the
+sandbox's pid namespace under bwrap, the whole host for the rlimit tier's dedicated uid), deletes what the uid left
+in /tmp, /var/tmp, /dev/shm and /dev/mqueue (``chmod -R``, ``rm -rf``: any depth, no symlinks followed), and
+removes its System V IPC objects with ``ipcrm``.
 
 ``SWEEP``: ``python -I -S -c SWEEP RM CHMOD IPCRM``, started as a uid, runs ``_retool_sweep_here`` for that uid
 (used after a session of the rlimit tier, whose uid shares the host's /tmp and IPC namespace).
@@ -293,15 +297,18 @@ def _retool_sweeper(rm, chmod, ipcrm):
                         os._exit(0)
                     line += chunk
                 uid = int(line)
-                child = os.fork()
-                if child == 0:
-                    try:
-                        _retool_drop(uid)
-                        os._exit(0 if _retool_sweep_here(uid, rm, chmod, ipcrm) else 1)
-                    except BaseException:
-                        os._exit(1)
-                clean = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
-                os.write(answers_w, b"1" if clean else b"0")
+                for _ in range(3):  # a sweep killed by the server's own signals to the uid is run again
+                    child = os.fork()
+                    if child == 0:
+                        try:
+                            _retool_drop(uid)
+                            os._exit(0 if _retool_sweep_here(uid, rm, chmod, ipcrm) else 1)
+                        except BaseException:
+                            os._exit(1)
+                    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+                    if code >= 0:
+                        break
+                os.write(answers_w, b"1" if code == 0 else b"0")
         except BaseException:
             os._exit(1)
     os.close(requests_r)
@@ -312,10 +319,34 @@ def _retool_sweeper(rm, chmod, ipcrm):
             return int(os.read(answers_r, 1) == b"1")
         except OSError:
             return 0
-    return sweep
+    return pid, sweep
+def _retool_subreaper():
+    # What a program leaves becomes this process's children, not pid 1's, and is reaped before the uid is reused: a
+    # zombie counts against the uid's RLIMIT_NPROC, and a container's pid 1 may reap late or never.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+def _retool_reap(keep, wait_s):
+    # Reaps exited children; with wait_s, waits up to that long for all but ``keep`` (the sweep helper) to be gone.
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+            with open("/proc/self/task/%d/children" % os.getpid()) as fh:
+                left = [pid for pid in map(int, fh.read().split()) if pid != keep]
+        except (ChildProcessError, FileNotFoundError):  # none left; a kernel without CONFIG_PROC_CHILDREN
+            return True
+        if not left:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
 def _retool_serve():
     ctl = socket.socket(fileno=int(sys.argv[1]))
-    sweep = _retool_sweeper(*sys.argv[2:5])
+    sweeper, sweep = _retool_sweeper(*sys.argv[2:5])
+    _retool_subreaper()
     ctl.send(b"R" + _retool_preimport(sys.argv[5] if len(sys.argv) > 5 else ""))
     while True:
         try:
@@ -349,13 +380,14 @@ def _retool_serve():
         ctl.send(b"P%d" % pid)
         status = os.waitpid(pid, 0)[1]
         ended = time.monotonic()
-        if uid >= 0:
-            clean = sweep(uid)
-        else:
+        if uid >= 0:  # the sweep SIGKILLed every process of the uid: their exits are awaited
+            clean = sweep(uid) and _retool_reap(sweeper, 10.0)
+        else:  # no uid to sweep with: what left the process group lives on, as promised
             try:
                 os.killpg(pid, 9)
             except OSError:
                 pass
+            _retool_reap(sweeper, 0.0)
             clean = 1
         ctl.send(b"E %d %r %d" % (os.waitstatus_to_exitcode(status), ended, clean))
 def _retool_child():

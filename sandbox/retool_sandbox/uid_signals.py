@@ -13,9 +13,10 @@ fork a child per request; the child drops to the uid (no groups, no capabilities
 one request at a time (about 1 ms); a request from one of the server's threads takes the first idle helper of a pool
 of ``pool_size()`` (one per 16 cores, at least 2, at most 32: a cell of a session not forked from the zygote costs
 three signals, and on hundreds of cores the calls' rate would keep one helper busy), so on a small host only one or
-two ever start. A child that does not finish within ``ANSWER_TIMEOUT_S`` (a sandbox program of that uid may stop it:
-it has the child's uid) is killed and the request fails, as does a helper that stops answering (it is then
-replaced).
+two ever start. Having the uid, the child can itself be signalled by that uid's processes: one killed (the fork
+server's sweep after a run issues ``kill(-1, SIGKILL)`` as the uid, and may do so while the server signals it) is
+forked again, up to ``_TRIES`` times; one that does not finish within half of ``ANSWER_TIMEOUT_S`` (a program of
+that uid may stop it) is killed and the request fails, as does a helper that stops answering (it is then replaced).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from retool_sandbox import host
 
 ANSWER_TIMEOUT_S = 10.0
 _PASSES = {"KILL": 2, "STOP": 2}  # a second pass catches a fork that raced the first
+_TRIES = 3  # a signalling child killed by a concurrent sweep of its uid (the fork server's) is forked again
 
-# Reads "<uid> <signal number> <passes>" lines on stdin, answers "ok" or "error <why>" per line on stdout.
+# Reads "<uid> <signal number> <passes>" lines on stdin, answers "ok" or "error <why>" per line on stdout. Its
+# arguments: the seconds a request may take, and how often a request whose child was killed is tried.
 _HELPER = """\
-import os, select, sys
+import os, select, sys, time
 def child(uid, signum, passes):
     try:
         os.setgroups([])
@@ -59,21 +62,32 @@ def answer(uid, code):
     if 200 <= code < 256:
         return "error signalling as uid %d: %s" % (uid, os.strerror(code - 200))
     return "error the signalling process for uid %d ended with status %d" % (uid, code)
-def serve(timeout):
+def attempt(uid, signum, passes, deadline):
+    pid = os.fork()
+    if pid == 0:
+        child(uid, signum, passes)
+    pidfd = os.pidfd_open(pid)
+    finished = bool(select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0])
+    if not finished:
+        os.kill(pid, 9)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    os.close(pidfd)
+    if not finished:
+        return None, "error the signalling process for uid %d did not finish" % uid
+    if code < 0:
+        return code, "error the signalling process for uid %d was killed by signal %d" % (uid, -code)
+    return code, answer(uid, code)
+def serve(timeout, tries):
     for line in sys.stdin.buffer:
         uid, signum, passes = map(int, line.split())
-        pid = os.fork()
-        if pid == 0:
-            child(uid, signum, passes)
-        pidfd = os.pidfd_open(pid)
-        if not select.select([pidfd], [], [], timeout)[0]:
-            os.kill(pid, 9)
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        os.close(pidfd)
-        reply = answer(uid, code) if code >= 0 else "error the signalling process for uid %d did not finish" % uid
+        deadline = time.monotonic() + timeout
+        for _ in range(tries):
+            code, reply = attempt(uid, signum, passes, deadline)
+            if code is None or code >= 0:
+                break
         sys.stdout.write(reply + "\\n")
         sys.stdout.flush()
-serve(float(sys.argv[1]))
+serve(float(sys.argv[1]), int(sys.argv[2]))
 """
 
 
@@ -85,7 +99,7 @@ class _Helper:
 
     def _start(self) -> subprocess.Popen:
         # Its own session: a process-group kill aimed at a sandbox never reaches it; stdin's end makes it exit.
-        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _HELPER, str(ANSWER_TIMEOUT_S / 2)],
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _HELPER, str(ANSWER_TIMEOUT_S / 2), str(_TRIES)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={}, cwd="/", close_fds=True,
                                 start_new_session=True)
 

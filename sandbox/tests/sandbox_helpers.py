@@ -73,8 +73,8 @@ def processes_with(marker: str) -> list[int]:
     return pids
 
 
-def uid_processes(uids: range) -> list[tuple[int, int]]:
-    """(pid, uid) of live host processes owned by any of ``uids``."""
+def uid_processes(uids: range, zombies: bool = False) -> list[tuple[int, int]]:
+    """(pid, uid) of live host processes owned by any of ``uids``; with ``zombies``, of the unreaped ones as well."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -85,7 +85,7 @@ def uid_processes(uids: range) -> list[tuple[int, int]]:
             continue
         uid = int(status.split("\nUid:")[1].split()[0])
         state = status.split("\nState:")[1].split()[0]
-        if uid in uids and state != "Z":
+        if uid in uids and (zombies or state != "Z"):
             found.append((int(entry.name), uid))
     return found
 

@@ -22,7 +22,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml sandbox/pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast test-shakedown test-faults rehearse-nodes bench bench-loadtest bench-learning bench-async bench-filter lint clean-runs
+.PHONY: setup smoke test test-fast test-shakedown test-faults rehearse-nodes bench bench-loadtest bench-learning bench-async bench-filter bench-soak lint clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -72,6 +72,10 @@ bench-async: setup
 
 bench-filter: setup
 	$(PY) bench/overlong_filter.py --output docs/performance.md
+
+SOAK_MINUTES ?= 120
+bench-soak: setup
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --output docs/performance.md
 
 lint: setup
 	$(PY) -m ruff check $(LINTED)

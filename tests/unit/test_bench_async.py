@@ -3,27 +3,19 @@ each upstream bug on a run folder made to show it)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
 
 import pytest
 
+from bench_modules import load_bench
 from resume_checks import data_order
 
-from retool.constants import REPO_ROOT
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-modes = load("async_modes")
-resume = load("async_resume")
+modes = load_bench("async_modes")
+resume = load_bench("async_resume")
 
 
 def test_the_paper_model_follows_its_rules():

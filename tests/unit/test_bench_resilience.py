@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from retool.constants import REPO_ROOT
+from bench_modules import load_bench
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_resilience", REPO_ROOT / "bench" / "resilience.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 FACTS = {"date": "2026-12-01", "host": {"cpu_model": "AMD EPYC", "cores": 2, "dtype": "bfloat16"}, "steps": 6,
@@ -26,7 +20,7 @@ FACTS = {"date": "2026-12-01", "host": {"cpu_model": "AMD EPYC", "cores": 2, "dt
 
 
 def test_the_section_states_the_run_and_its_counts(tmp_path):
-    bench = load_bench()
+    bench = load_bench("resilience")
     run = tmp_path / "run"
     run.mkdir()
     (run / "resilience.json").write_text(json.dumps(FACTS))
@@ -42,5 +36,5 @@ def test_the_section_states_the_run_and_its_counts(tmp_path):
 
 
 def test_a_run_without_facts_is_an_error(tmp_path, capsys):
-    assert load_bench().main(["--from-run", str(tmp_path)]) == 1
+    assert load_bench("resilience").main(["--from-run", str(tmp_path)]) == 1
     assert "resilience.json not found" in capsys.readouterr().err

@@ -1,0 +1,309 @@
+"""The verdicts of a finished soak (bench/soak.py), from its folder alone, and their docs/performance.md section.
+
+Memory: the slope of each process group's PSS (and of its open descriptors) over time, fitted within each lifetime of
+the group (a launch for the run's groups, a sandbox lifetime between restarts for the sandbox's) with the first
+minutes of each dropped as warm-up, so that a restart is not read as growth or shrinkage. It passes when it projects
+to under 10% growth over 18 hours (the reference run's length on 16 dies) on the group's mean level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retool.constants import REPO_ROOT
+from retool.doctor.estimate import GIB, KNOWN_MODELS, RECIPE_MODEL, checkpoint_saves, estimate_checkpoints
+from retool.failures.limits import read_records
+from retool.report import read_event_dir
+
+RUN_GROUPS = ("trainer", "rollout", "agent_loop", "ray")
+WARMUP_S = {"launch": 300.0, "sandbox": 60.0}
+HOURS, GROWTH_LIMIT = 18.0, 0.10
+# The reference run (configs/rl.yaml): 130 steps, a save every 10 keeping 3, 64 prompts x 16, 16384 tokens each.
+REAL_STEPS, REAL_SAVE_EVERY, REAL_KEEP, REAL_TRAJECTORIES, REAL_RESPONSE = 130, 10, 3, 64 * 16, 16384
+REAL_VAL_TRAJECTORIES = 30 * 30  # AIME 2025, mean@30
+DUMPS = ("rollouts", "validation")
+OTHER_DISK_LIMIT = 0.10  # what is not a checkpoint may add this share to the doctor's checkpoint estimate
+SHM_SLACK_MB = 64
+
+
+def _helper(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "tests" / "helpers" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _centred(window: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
+    means = [sum(column) / len(window) for column in zip(*window)]
+    return [tuple(value - mean for value, mean in zip(point, means)) for point in window]
+
+
+def _partial_out(rows: list[tuple[float, ...]], column: int) -> list[tuple[float, float]]:
+    """(x, y) with the covariate (index 2, when there) regressed out of both (Frisch-Waugh)."""
+    if len(rows[0]) < 3 or not any(row[2] for row in rows):
+        return [(row[0], row[column]) for row in rows]
+    szz = sum(row[2] ** 2 for row in rows)
+    bx = sum(row[0] * row[2] for row in rows) / szz
+    by = sum(row[1] * row[2] for row in rows) / szz
+    return [(row[0] - bx * row[2], row[1] - by * row[2]) for row in rows]
+
+
+def within_slope(windows: list[list[tuple[float, ...]]]) -> tuple[float, float, int] | None:
+    """Least-squares slope of y on x with an intercept per window, from (x, y) or (x, y, covariate) points (the
+    covariate, such as the sandbox's open sessions, is held fixed), its standard error and the points used; None
+    with fewer than 4 points or no spread in x."""
+    kept = [w for w in windows if len(w) >= 2]
+    rows = [point for window in kept for point in _centred(window)]
+    if len(rows) < 4:
+        return None
+    pairs = _partial_out(rows, 1)
+    sxx = sum(x * x for x, _ in pairs)
+    if sxx <= 1e-12:
+        return None
+    slope = sum(x * y for x, y in pairs) / sxx
+    residual = sum((y - slope * x) ** 2 for x, y in pairs)
+    dof = len(rows) - len(kept) - 1 - (len(rows[0]) - 2)
+    se = math.sqrt(residual / dof / sxx) if dof > 0 else float("inf")
+    return slope, se, len(rows)
+
+
+def windows_of(samples: list[dict], events: list[dict], kind: str) -> list[list[dict]]:
+    """Samples split into the lifetimes of a group kind (``launch`` or ``sandbox``), warm-up dropped; only samples
+    taken while a launch ran."""
+    running = [s for s in samples if s.get("launch")]
+    if kind == "launch":
+        keys = [s["launch"] for s in running]
+    else:
+        restarts = sorted(e["t"] for e in events if e["event"] == "sandbox_restart")
+        keys = [sum(t <= s["t"] for t in restarts) for s in running]
+    windows: dict[Any, list[dict]] = {}
+    for key, s in zip(keys, running):
+        windows.setdefault(key, []).append(s)
+    return [[s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind]] for w in windows.values()]
+
+
+def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any]:
+    kind = "launch" if group in RUN_GROUPS else "sandbox"
+    windows = windows_of(samples, events, kind)
+    out: dict[str, Any] = {"group": group}
+    for metric, unit in (("pss_mb", "MB"), ("fds", "fds")):
+        # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
+        pairs = [[(s["t"] / 3600, s["groups"][group][metric],
+                   *([s["sandbox"]["sessions_live"] or 0] if kind == "sandbox" else []))
+                  for s in w if s["groups"][group]["procs"]] for w in windows]
+        values = [point[1] for w in pairs for point in w]
+        fit = within_slope(pairs)
+        if fit is None or not values or sum(values) == 0:
+            out[metric] = None
+            continue
+        slope, se, points = fit
+        level = sum(values) / len(values)
+        out[metric] = {"unit": unit, "slope_per_h": slope, "interval": (slope - 1.96 * se, slope + 1.96 * se),
+                       "level": level, "growth_18h": slope * HOURS / level, "points": points}
+    return out
+
+
+def _growth_verdict(g: dict[str, Any]) -> tuple[bool, str]:
+    parts, passed = [], True
+    for metric in ("pss_mb", "fds"):
+        m = g[metric]
+        if m is None:
+            parts.append(f"{metric}: too few samples")
+            passed = False
+            continue
+        lo, hi = m["interval"]
+        parts.append(f"{'PSS' if metric == 'pss_mb' else 'descriptors'} {m['slope_per_h']:+.1f} {m['unit']}/h "
+                     f"[{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {m['unit']} -> {m['growth_18h']:+.1%} in 18 h")
+        passed = passed and m["growth_18h"] < GROWTH_LIMIT
+    return passed, "; ".join(parts)
+
+
+def _steps_scalar(event_dir: Path, tag: str) -> dict[int, float]:
+    return {step: value for step, (_, value) in read_event_dir(event_dir).get(tag, {}).items()}
+
+
+def verdicts(out: Path) -> dict[str, Any]:
+    samples, events = _lines(out / "samples.jsonl"), _lines(out / "events.jsonl")
+    measured = json.loads((out / "measured.json").read_text())
+    run_dir = out / "run"
+    config = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())
+    batch, n = config["data"]["train_batch_size"], config["actor_rollout_ref"]["rollout"]["n"]
+    checks = _helper("resume_checks")
+    results: list[dict[str, Any]] = []
+
+    def add(name: str, passed: bool, seen: str) -> None:
+        results.append({"name": name, "passed": bool(passed), "seen": seen})
+
+    groups = [growth(samples, events, group) for group in samples[0]["groups"]] if samples else []
+    for g in groups:
+        add(f"memory and descriptors: {g['group']}", *_growth_verdict(g))
+
+    baseline, last = samples[0], samples[-1]
+    restarts = [e for e in events if e["event"] == "sandbox_restart"]
+    add("each sandbox stop leaves no process of its uids",
+        bool(restarts) and all(e["leftover_uid_processes"] == 0 for e in restarts),
+        f"{len(restarts)} stops; processes of the stopped server's uids: "
+        f"{[e['leftover_uid_processes'] for e in restarts]}; down {[e['down_s'] for e in restarts]} s")
+    for kind in ("kill", "stop"):
+        found = [e for e in events if e["event"] == kind]
+        add(f"the launch's {kind} leaves no Ray process", bool(found) and found[0]["leftover_ray_processes"] == 0,
+            f"{found[0]['leftover_ray_processes']} left 60 s after {found[0]['signal']}; sandbox sessions "
+            f"still open: {found[0]['sessions_live']}" if found else f"no {kind} happened")
+    shm_growth = (last["shm_used_bytes"] - baseline["shm_used_bytes"]) / 2 ** 20
+    add("at the end nothing is left (processes, uids, zombies, /dev/shm)",
+        last["run_processes"] == 0 and last["sandbox"]["uids_in_use"] == 0 and last["zombies"] == 0
+        and all(g["procs"] == 0 for g in last["groups"].values()) and shm_growth <= SHM_SLACK_MB,
+        f"run processes {last['run_processes']}, sandbox uids in use {last['sandbox']['uids_in_use']}, zombies "
+        f"{last['zombies']}, processes per group { {k: v['procs'] for k, v in last['groups'].items() if v['procs']} }"
+        f", /dev/shm {shm_growth:+.1f} MB against the start")
+
+    add(*_disk(out, run_dir, config, samples, batch * n))
+
+    final_step = max((s["step"] for s in samples), default=0)
+    event_dir = run_dir / "tensorboard" / "rl"
+    points = checks.scalar_points(event_dir, "critic/rewards/mean")
+    logged = max(points, default=0)
+    add("TensorBoard holds every step once", points == Counter(range(1, logged + 1)) and logged >= final_step - 1,
+        f"steps 1-{logged} ({final_step} dumped); steps logged other than once: "
+        f"{ {s: c for s, c in points.items() if c != 1} or 'none'}")
+
+    add(*_outages(run_dir, event_dir, events, batch * n))
+    log = (out / "launches.log").read_text(errors="replace") if (out / "launches.log").is_file() else ""
+    resumed = re.findall(r"\[resume\] rl continues after the checkpoint of step (\d+)", log)
+    order = checks.data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), final_step * batch)
+    wrong = [s for s in range(1, final_step + 1) if (run_dir / "rollouts" / f"{s}.jsonl").is_file()
+             and checks.trained(run_dir / "rollouts" / f"{s}.jsonl") != dict.fromkeys(
+                 order[(s - 1) * batch:s * batch], n)]
+    add("the resumed run trains the uninterrupted run's data order", bool(resumed) and not wrong,
+        f"resumed after the checkpoint of step {resumed[-1] if resumed else '?'}; steps 1-{final_step} against "
+        f"verl's sampler order, steps that differ: {wrong or 'none'}")
+    return {"measured": measured, "verdicts": results, "growth": groups, "final_step": final_step,
+            "restarts": len(restarts), "samples": len(samples),
+            "minutes": round((last["t"] - baseline["t"]) / 60, 1) if samples else 0}
+
+
+def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajectories: int) -> tuple[str, bool, str]:
+    kept = max((s["checkpoints_kept"] for s in samples), default=0)
+    keep = config["trainer"]["max_actor_ckpt_to_keep"]
+    running = [s for s in samples if s.get("launch")]
+    first, last = running[0], running[-1]
+    steps = max(last["step"] - first["step"], 1)
+    per_step = {kind: (last["disk"][kind] - first["disk"][kind]) / steps
+                for kind in last["disk"] if kind != "checkpoints"}
+    hours = (last["t"] - first["t"]) / 3600
+    ray_per_h = (last["ray_tmp_bytes"] - first["ray_tmp_bytes"]) / max(hours, 1e-9)
+    # The reference config writes no rollout or validation dumps (the smoke does): logs, TensorBoard and the rest grow
+    # per step, Ray's logs with time (the real run: 130 steps in 18 h). Dumps, when a user turns them on, grow with
+    # trajectories x length: reported beside.
+    projected = sum(v for k, v in per_step.items() if k not in DUMPS) * REAL_STEPS + ray_per_h * HOURS
+    length = REAL_RESPONSE / config["data"]["max_response_length"]
+    dumps = (per_step["rollouts"] * REAL_TRAJECTORIES / trajectories * length
+             + per_step["validation"] * REAL_VAL_TRAJECTORIES / _validation_trajectories(run_dir) * length) * REAL_STEPS
+    contents = config["actor_rollout_ref"]["actor"]["checkpoint"]["save_contents"]
+    real = estimate_checkpoints(KNOWN_MODELS[RECIPE_MODEL], save_contents=contents,
+                                saves=checkpoint_saves(REAL_STEPS, REAL_SAVE_EVERY, last_step_always=False),
+                                keep=REAL_KEEP)
+    tiny = json.loads((Path(config["actor_rollout_ref"]["model"]["path"]) / "config.json").read_text())
+    newest = max((run_dir / "checkpoints" / "rl").glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1]),
+                 default=None)
+    measured_gb = sum(f.stat().st_size for f in newest.rglob("*") if f.is_file()) / GIB if newest else 0.0
+    estimated_gb = estimate_checkpoints(tiny, save_contents=contents, saves=1, keep=1).total_gb
+    passed = kept <= keep and projected / GIB <= OTHER_DISK_LIMIT * real.total_gb
+    kinds = ", ".join(f"{kind} {size / 2 ** 10:.0f} KiB" for kind, size in per_step.items())
+    return ("the disk stays bounded", passed,
+            f"checkpoints kept at most {kept} (max_actor_ckpt_to_keep {keep}); one checkpoint {measured_gb * 1024:.1f} "
+            f"MiB, the doctor's estimate for this model {estimated_gb * 1024:.1f} MiB; the rest grew "
+            f"{sum(per_step.values()) / 2 ** 20:.2f} MiB per step ({kinds}) and Ray's logs "
+            f"{ray_per_h / 2 ** 20:.1f} MiB/h: over the reference run ({REAL_STEPS} steps, {HOURS:.0f} h) "
+            f"{projected / GIB:.2f} GiB beside the doctor's {real.total_gb:.0f} GiB of checkpoints ({real.kept} of "
+            f"{real.saves} kept); with rollout and validation dumps on, scaled to its {REAL_TRAJECTORIES} training "
+            f"and {REAL_VAL_TRAJECTORIES} validation trajectories of up to {REAL_RESPONSE} tokens, "
+            f"+{dumps / GIB:.1f} GiB")
+
+
+def _validation_trajectories(run_dir: Path) -> int:
+    """Trajectories of one validation: lines of the newest validation dump."""
+    newest = max((run_dir / "validation").glob("*.jsonl"), key=lambda p: p.stat().st_mtime, default=None)
+    return max(sum(1 for line in newest.read_text().splitlines() if line.strip()), 1) if newest else 1
+
+
+def _outages(run_dir: Path, event_dir: Path, events: list[dict], trajectories: int) -> tuple[str, bool, str]:
+    keys = ("tool_retried", "tool_unavailable", "tool_session_lost")
+    per_step = {key: _steps_scalar(event_dir, f"train-reward/{key}/mean") for key in keys}
+    final = max((e["step"] for e in events), default=0)
+    records = read_records(run_dir / "logs" / "failures.jsonl")
+    stops = [r for r in records if r.get("stop")]
+    stop_t = next((e["t"] for e in events if e["event"] == "stop"), float("inf"))
+    seen, stalled, counted = [], [], 0
+    for e in (e for e in events if e["event"] == "sandbox_restart"):
+        step = e["step"] + 1  # the step being rolled out (or, between rollouts, the next)
+        counts = {k: round(sum(v.get(s, 0) for s in (step, step + 1)) * trajectories) for k, v in per_step.items()}
+        seen.append(f"step {step}: " + ", ".join(f"{counts[k]} {k[5:]}" for k in keys))
+        counted += any(counts.values())
+        if final <= e["step"] and stop_t - e["t"] > 180:  # no later step, though the run had 3 minutes to make one
+            stalled.append(step)
+    return ("each sandbox stop is ridden out and counted, the run goes on",
+            bool(seen) and counted > 0 and not stalled and not stops,
+            f"{'; '.join(seen)} (calls of the stop's step and the next; {counted} of {len(seen)} stops met calls in "
+            f"flight; the others fell between calls); steps after each stop: "
+            f"{'all went on' if not stalled else f'none after the stops at {stalled}'}; failure-accounting stops: "
+            f"{len(stops)}")
+
+
+def plot(samples: list[dict], events: list[dict], groups: tuple[str, ...], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    start = samples[0]["t"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for group in groups:
+        ax.plot([(s["t"] - start) / 60 for s in samples], [s["groups"][group]["pss_mb"] for s in samples], label=group)
+    for e in events:
+        style = {"sandbox_restart": ("grey", ":"), "kill": ("red", "-"), "stop": ("black", "-")}.get(e["event"])
+        if style:
+            ax.axvline((e["t"] - start) / 60, color=style[0], linestyle=style[1], linewidth=1)
+    ax.set_xlabel("minutes (dotted: sandbox stopped and restarted; red: kill -9 of the launch; black: the stop)")
+    ax.set_ylabel("PSS (MB)")
+    ax.set_title("memory per process group over the soak", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str, ...]) -> str:
+    out = REPO_ROOT / source
+    plot(_lines(out / "samples.jsonl"), _lines(out / "events.jsonl"), groups, picture)
+    m = result["measured"]
+    host = m.get("host") or {}
+    lines = [
+        "## Soak (`make bench-soak`)", "",
+        f"Measured {m.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, commit "
+        f"{m.get('commit') or '?'}, trainer mode {m.get('trainer_mode')}: {result['minutes']:.0f} minutes of the "
+        f"smoke's RL stage ({result['final_step']} steps; sessions per trajectory; a checkpoint and a validation "
+        f"every {m.get('save_every', 10)} steps, 3 kept), the sandbox stopped every "
+        f"{m.get('restart_every_min', 10):g} minutes and started again by scripts/keep_sandbox_up.sh "
+        f"({result['restarts']} times), the whole launch killed with SIGKILL "
+        f"about halfway and launched again, and stopped with SIGINT at the end. {result['samples']} samples, one "
+        f"every 30 s (bench/soak_probe.py); the run's folder is `{source}/`.", "",
+        "| verdict | result | what was seen |", "|---|---|---|"]
+    for v in result["verdicts"]:
+        lines.append(f"| {v['name']} | {'pass' if v['passed'] else '**FAIL**'} | {v['seen']} |")
+    lines += ["", f"![memory per process group over the soak]({picture.relative_to(REPO_ROOT / 'docs')})", ""]
+    return "\n".join(lines)

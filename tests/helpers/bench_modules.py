@@ -1,0 +1,16 @@
+"""bench/ scripts as modules, for the tests of their pure parts (bench/ is not a package)."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+from retool.constants import REPO_ROOT
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/<name>.py, imported under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

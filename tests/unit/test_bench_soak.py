@@ -1,0 +1,95 @@
+"""bench/soak.py's probe and verdicts: the slope that tells growth from restarts, and a sample of real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench_modules import load_bench
+
+
+verdicts = load_bench("soak_verdicts")
+probe = load_bench("soak_probe")
+
+
+def test_the_slope_is_fitted_within_each_lifetime_so_a_restart_is_not_growth():
+    # 10 MB/h inside each of two lifetimes; the second starts 500 MB lower (a restart), which a plain fit would read
+    # as shrinking memory
+    first = [(h / 10, 1000 + 10 * h / 10) for h in range(10)]
+    second = [(2 + h / 10, 500 + 10 * h / 10) for h in range(10)]
+    slope, se, points = verdicts.within_slope([first, second])
+    assert slope == pytest.approx(10.0) and se == pytest.approx(0.0, abs=1e-9) and points == 20
+    assert verdicts.within_slope([first[:1], second[:2]]) is None  # too few points to tell
+
+
+def test_the_open_sessions_are_held_fixed_so_a_busy_moment_is_not_growth():
+    # 6 MB per open session and no growth: sessions peak late in each lifetime, which alone reads as growth
+    sessions = [0, 10, 40, 5, 60, 80, 2, 90]
+    window = [(h / 10, 300 + 6 * n, n) for h, n in enumerate(sessions)]
+    slope, se, points = verdicts.within_slope([window, [(1 + x, y, n) for x, y, n in window]])
+    assert slope == pytest.approx(0.0, abs=1e-9) and points == 16
+    naive, _, _ = verdicts.within_slope([[(x, y) for x, y, _ in window]])
+    assert naive > 100  # MB/h, without the sessions held fixed
+
+
+def _samples(mb_per_h: float, hours: float = 2.0) -> list[dict]:
+    samples = []
+    for i in range(int(hours * 120) + 1):  # one per 30 s
+        t = i * 30.0
+        groups = {name: {"pss_mb": 0.0, "fds": 0, "procs": 0} for name in probe.GROUPS}
+        groups["trainer"] = {"pss_mb": 2000 + mb_per_h * t / 3600, "fds": 80, "procs": 3}
+        samples.append({"t": t, "launch": 1 if t < hours * 1800 else 2, "groups": groups})
+    return samples
+
+
+def test_growth_passes_a_flat_group_and_fails_one_that_would_add_a_tenth_in_18_hours():
+    flat_ok, flat_seen = verdicts._growth_verdict(verdicts.growth(_samples(1.0), [], "trainer"))
+    assert flat_ok, flat_seen  # 1 MB/h on 2000 MB: 0.9% in 18 h
+    leak = verdicts.growth(_samples(20.0), [], "trainer")
+    leak_ok, leak_seen = verdicts._growth_verdict(leak)
+    assert not leak_ok and "+20.0 MB/h" in leak_seen, leak_seen  # 18% in 18 h
+    assert leak["pss_mb"]["growth_18h"] == pytest.approx(20 * 18 / leak["pss_mb"]["level"])
+    assert verdicts._growth_verdict(verdicts.growth(_samples(20.0), [], "rollout"))[0] is False  # no samples: no pass
+
+
+def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "rl" / "global_step_10").mkdir(parents=True)
+    (run_dir / "checkpoints" / "rl" / "global_step_10" / "model.pt").write_bytes(b"x" * 4096)
+    (run_dir / "rollouts").mkdir()
+    (run_dir / "rollouts" / "1.jsonl").write_text("{}\n" * 100)
+    (run_dir / "rl.resolved.yaml").write_text("a: 1\n")
+    # a launch with a child, as scripts/launch.sh has verl under it
+    launch = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                               "time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while (found := probe.sample(launch.pid, "", run_dir, None, None, None))["groups"]["trainer"]["procs"] < 2:
+            if time.monotonic() > deadline:  # the child did not start
+                break
+            time.sleep(0.1)
+    finally:
+        subprocess.run(["pkill", "-P", str(launch.pid)], check=False)
+        launch.kill()
+        launch.wait()
+    trainer = found["groups"]["trainer"]
+    assert trainer["procs"] == 2 and trainer["pss_mb"] > 1 and trainer["fds"] >= 6, found
+    assert found["run_processes"] == 2
+    assert found["disk"]["checkpoints"] == 4096 and found["disk"]["rollouts"] == 300 and found["disk"]["other"] == 5
+    assert found["sandbox"]["up"] is False and found["shm_used_bytes"] >= 0
+
+
+def test_processes_of_the_run_are_put_in_their_groups_by_ray_s_names():
+    assert probe.classify("ray::agentloopworker.run") == "agent_loop"
+    assert probe.classify("ray::vllmhttpserver.launch_server") == "rollout"
+    assert probe.classify("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --x") == "ray"
+    assert probe.classify("ray::taskrunner.run") == "trainer"
+    assert probe.classify("ray::workerdict") == "trainer"
+    assert probe.classify("vllm::enginecore") == "rollout"
+    for ray_own in ("ray::dashboardagent", "ray::runtimeenvagent", "ray::idle",
+                    "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py -x"):
+        assert probe.classify(ray_own) == "ray", ray_own

@@ -101,8 +101,9 @@ class Soak:
         uids = range(health["uids"][0], health["uids"][1] + 1) if health and health.get("uids") else None
         found = sample(self.launch.pid if self.launch and self.launch.poll() is None else None, self.ray_dir,
                        self.run_dir, health["pid"] if health else None, uids, health)
-        found.update(step=self.step(), launch=self.launch_number if self.launch and self.launch.poll() is None
-                     else None, checkpoints_kept=len(list((self.run_dir / "checkpoints" / "rl").glob("global_step_*"))))
+        running = self.launch is not None and self.launch.poll() is None
+        kept = len(list((self.run_dir / "checkpoints" / "rl").glob("global_step_*/actor")))  # verl leaves data.pt
+        found.update(step=self.step(), launch=self.launch_number if running else None, checkpoints_kept=kept)
         with open(self.out / "samples.jsonl", "a") as fh:
             fh.write(json.dumps(found) + "\n")
 
@@ -180,24 +181,37 @@ class Soak:
         next_restart = self.started + restart_every_min * 60
         next_sample = time.time()
         killed = False
-        while time.time() < end:
-            now = time.time()
-            if self.launch.poll() is not None:
-                raise RuntimeError(f"launch {self.launch_number} exited ({self.launch.returncode}) at step "
-                                   f"{self.step()}; see {self.out}/launches.log and {self.run_dir}/logs/rl.log")
-            if now >= next_sample:
-                self.record_sample()
-                next_sample = now + SAMPLE_EVERY_S
-            if now >= next_restart:
-                self.restart_sandbox()
-                next_restart = now + restart_every_min * 60
-            if not killed and now >= kill_at and self.step() > self.save_every:  # a checkpoint to resume from
-                self.stop_launch(signal.SIGKILL, "kill", 60)
-                killed = True
-                self.record_sample()
-                self.start_launch()
-            time.sleep(1)
-        self.stop_launch(signal.SIGINT, "stop", 180)
+        try:
+            while time.time() < end:
+                now = time.time()
+                if self.launch.poll() is not None:  # ended on its own: a verdict says why, the soak ends as usual
+                    self.event("launch_exited", number=self.launch_number, exit=self.launch.returncode,
+                               why=self.last_error())
+                    break
+                if now >= next_sample:
+                    self.record_sample()
+                    next_sample = now + SAMPLE_EVERY_S
+                if now >= next_restart:
+                    self.restart_sandbox()
+                    next_restart = now + restart_every_min * 60
+                if not killed and now >= kill_at and self.step() > self.save_every:  # a checkpoint to resume from
+                    self.stop_launch(signal.SIGKILL, "kill", 60)
+                    killed = True
+                    self.record_sample()
+                    self.start_launch()
+                time.sleep(1)
+        finally:
+            self.finish()
+
+    def last_error(self) -> str:
+        """The launcher's own words on why it stopped: its [FAIL] and error lines."""
+        lines = (self.out / "launches.log").read_text(errors="replace").splitlines()[-60:]
+        return " | ".join(line.strip()[:300] for line in lines if line.startswith(("[FAIL]", "error:")))[-1200:]
+
+    def finish(self) -> None:
+        """Stop the launch as a user would (SIGINT), then the sandbox the documented way, sampling what is left."""
+        if self.launch is not None and self.launch.poll() is None:
+            self.stop_launch(signal.SIGINT, "stop", 180)
         self.record_sample()
         time.sleep(SAMPLE_EVERY_S)  # what the sandbox keeps once the run is gone
         self.record_sample()
@@ -236,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     result = verdicts(out)
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
     for verdict in result["verdicts"]:
-        print(f"[soak] {'pass' if verdict['passed'] else 'FAIL'}: {verdict['name']}: {verdict['seen']}", flush=True)
+        word = "pass" if verdict["passed"] else "inconclusive" if verdict.get("inconclusive") else "FAIL"
+        print(f"[soak] {word}: {verdict['name']}: {verdict['seen']}", flush=True)
     replace_section(args.output, SECTION, render(result, os.path.relpath(out, REPO_ROOT), PICTURE, GROUPS))
     print(f"[soak] wrote the {SECTION} section of {args.output} and {PICTURE}")
     return 0 if all(v["passed"] for v in result["verdicts"]) else 1

@@ -41,7 +41,7 @@ def _samples(mb_per_h: float, hours: float = 2.0) -> list[dict]:
         t = i * 30.0
         groups = {name: {"pss_mb": 0.0, "fds": 0, "procs": 0} for name in probe.GROUPS}
         groups["trainer"] = {"pss_mb": 2000 + mb_per_h * t / 3600, "fds": 80, "procs": 3}
-        samples.append({"t": t, "launch": 1 if t < hours * 1800 else 2, "groups": groups})
+        samples.append({"t": t, "step": i, "launch": 1 if t < hours * 1800 else 2, "groups": groups})
     return samples
 
 
@@ -52,7 +52,14 @@ def test_growth_passes_a_flat_group_and_fails_one_that_would_add_a_tenth_in_18_h
     leak_ok, leak_seen = verdicts._growth_verdict(leak)
     assert not leak_ok and "+20.0 MB/h" in leak_seen, leak_seen  # 18% in 18 h
     assert leak["pss_mb"]["growth_18h"] == pytest.approx(20 * 18 / leak["pss_mb"]["level"])
+    assert leak["pss_mb"]["per_step"] == pytest.approx(20 / 120)  # a step every 30 s
+    assert "per step: +22 over 130 steps" in leak_seen, leak_seen
     assert verdicts._growth_verdict(verdicts.growth(_samples(20.0), [], "rollout"))[0] is False  # no samples: no pass
+    noisy = _samples(20.0, hours=0.5)
+    for i, sample in enumerate(noisy):  # +-600 MB around the line: the interval spans the limit
+        sample["groups"]["trainer"]["pss_mb"] += 600 * (-1) ** i
+    state, seen = verdicts._growth_verdict(verdicts.growth(noisy, [], "trainer"))
+    assert state is None, seen  # inconclusive: neither a pass nor a proven leak
 
 
 def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(tmp_path):

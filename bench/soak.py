@@ -174,14 +174,14 @@ class Soak:
     # ------------------------------------------------------------------ the schedule
     def run(self, minutes: float, restart_every_min: float) -> None:
         self.record_sample()  # the host before anything started: the baseline of /dev/shm, /tmp and processes
-        self.start_sandbox()
-        self.start_launch()
         end = self.started + minutes * 60
         kill_at = self.started + minutes * 30
         next_restart = self.started + restart_every_min * 60
         next_sample = time.time()
         killed = False
         try:
+            self.start_sandbox()
+            self.start_launch()
             while time.time() < end:
                 now = time.time()
                 if self.launch.poll() is not None:  # ended on its own: a verdict says why, the soak ends as usual
@@ -215,11 +215,12 @@ class Soak:
         self.record_sample()
         time.sleep(SAMPLE_EVERY_S)  # what the sandbox keeps once the run is gone
         self.record_sample()
-        self.supervisor.send_signal(signal.SIGTERM)  # as the docs say: kill <its pid>; it stops the server first
-        self.supervisor.wait(timeout=60)
-        time.sleep(1)
+        if self.supervisor is not None:
+            self.supervisor.send_signal(signal.SIGTERM)  # as the docs say: kill <its pid>; it stops the server first
+            self.supervisor.wait(timeout=60)
+            time.sleep(1)
         self.record_sample()
-        self.event("end", supervisor_exit=self.supervisor.returncode)
+        self.event("end", supervisor_exit=self.supervisor.returncode if self.supervisor else None)
 
 
 def main(argv: list[str] | None = None) -> int:

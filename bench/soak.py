@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 from soak_probe import GROUPS, processes, sample
-from soak_verdicts import render, verdicts
+from soak_verdicts import _helper, render, verdicts
 
 from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section
@@ -48,14 +48,6 @@ SAVE_EVERY, KEEP = 10, 3  # configs/rl.yaml: the reference run's cadence
 PICTURE = REPO_ROOT / "docs" / "img" / "soak_memory.png"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Soak:
     def __init__(self, out: Path, smoke: Path, trainer_mode: str, save_every: int = SAVE_EVERY) -> None:
         self.out, self.run_dir = out, out / "run"
@@ -63,7 +55,7 @@ class Soak:
         self.assets = (Path(yaml.safe_load(resolved.read_text())["data"]["train_files"]).parents[1]
                        if resolved.is_file() else REPO_ROOT / ".cache" / "smoke-assets")
         self.ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
-        self.port = _free_port()
+        self.port = _helper("ports").free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         tool = yaml.safe_load(get_profile(learning_run.assets_profile(self.assets)).tool_config_path.read_text())
         tool["tools"][0]["config"]["session_mode"] = "per_trajectory"
@@ -151,7 +143,7 @@ class Soak:
         self.event("launch", number=self.launch_number, pid=self.launch.pid)
 
     def ray_processes(self) -> list[int]:
-        return [pid for pid, info in processes().items() if self.ray_dir.lower() in info["cmd"]]
+        return _helper("processes").processes_with(self.ray_dir)
 
     def stop_launch(self, sig: signal.Signals, kind: str, grace_s: float) -> None:
         """Signal the launch's whole process group, wait for it and for its Ray processes; record what was left."""

@@ -19,6 +19,8 @@ import shutil
 import time
 from pathlib import Path
 
+from retool_sandbox.proctree import pss_mib
+
 GROUPS = ("trainer", "rollout", "agent_loop", "ray", "sandbox_server", "sandbox_programs")
 _ROLLOUT = ("vllm", "enginecore", "engine_core")
 _RAY = ("gcs_server", "raylet", "dashboard", "log_monitor", "ray/_private", "runtimeenvagent", "ray::idle",
@@ -79,14 +81,6 @@ def classify(cmd: str) -> str:
     return "trainer"
 
 
-def pss_kib(pid: int) -> int:
-    """Proportional set size (shared pages split among their users), from smaps_rollup; 0 if it is gone."""
-    for line in _read(f"/proc/{pid}/smaps_rollup").splitlines():
-        if line.startswith(b"Pss:"):
-            return int(line.split()[1])
-    return 0
-
-
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -138,7 +132,7 @@ def sample(launch_pid: int | None, ray_dir: str, run_dir: Path, server_pid: int 
             zombies += 1
             continue
         group = groups[name]
-        group["pss_mb"] += pss_kib(pid) / 1024
+        group["pss_mb"] += pss_mib((pid,))
         group["fds"] += open_fds(pid)
         group["procs"] += 1
     for group in groups.values():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 
 from retool_sandbox.client import ClientPolicy, SandboxClient, SandboxUnreachable, SandboxURLError
@@ -29,15 +30,19 @@ HOW_TO_FIX = (
     "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker "
     f"tier anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
 )
-# One attempt, no waiting for a server that is not there: the gate reports, the run's client rides out restarts.
+# The program runs once: the server answered /health a moment before, and the run's own client rides out restarts.
 PROGRAM_POLICY = ClientPolicy(run_timeout=30, queue_timeout_s=30, max_retries=0, reconnect_budget_s=0)
+# A port that refuses connections is waited for this long: a sandbox restarted by its supervisor
+# (scripts/keep_sandbox_up.sh) is back within seconds, and a relaunch after a crash often falls on that restart.
+RESTART_GRACE_S = 30.0
 
 
-def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tuple[bool, str]:
+def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ,
+                      restart_grace_s: float = RESTART_GRACE_S) -> tuple[bool, str]:
     """(may the run go on, what to say). Unreachable sandboxes and bad URLs never may."""
     try:
         client = SandboxClient(url)
-        health = client.wait_ready(ping_timeout=10)  # a retool-sandbox still warming up is waited for
+        health = _ready(client, restart_grace_s)
     except (SandboxURLError, SandboxUnreachable) as exc:
         return False, str(exc)
     tier = health.get("isolation") if health else None
@@ -50,9 +55,30 @@ def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tupl
     return False, f"sandbox {client.base} has {what}. Fix: {HOW_TO_FIX}"
 
 
-def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ) -> tuple[bool, str]:
+def _ready(client: SandboxClient, restart_grace_s: float) -> dict | None:
+    """``/health`` once the server answers and has warmed up; connection refused is tried again until the grace ends
+    (anything else, such as a timeout or a wrong answer, is reported at once)."""
+    deadline = time.monotonic() + restart_grace_s
+    while True:
+        try:
+            return client.wait_ready(ping_timeout=10)  # a retool-sandbox still warming up is waited for
+        except SandboxUnreachable as exc:
+            if not _refused(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise SandboxUnreachable(f"{exc} (refused connections for {restart_grace_s:g} s)") from exc
+        time.sleep(1.0)
+
+
+def _refused(exc: SandboxUnreachable) -> bool:
+    cause = exc.__cause__
+    return isinstance(getattr(cause, "reason", cause), ConnectionRefusedError)
+
+
+def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ,
+                    restart_grace_s: float = RESTART_GRACE_S) -> tuple[bool, str]:
     """``isolation_verdict``, then one program: may the run go on, and what to say."""
-    ok, message = isolation_verdict(url, environ)
+    ok, message = isolation_verdict(url, environ, restart_grace_s)
     if not ok:
         return ok, message
     client = SandboxClient(url, PROGRAM_POLICY)

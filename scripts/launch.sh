@@ -140,6 +140,10 @@ if [[ "$STAGE" == rl ]]; then
   [[ -f "$REPO_DIR/configs/trainer_mode/rl/$TRAINER_MODE.yaml" ]] || { echo "error: TRAINER_MODE=$TRAINER_MODE has no" \
     "configs/trainer_mode/rl/$TRAINER_MODE.yaml (expected sync, colocate_async or separate_async)" >&2; exit 2; }
   HYDRA_ARGS+=("trainer_mode/rl=$TRAINER_MODE")
+  # Ray's GCS keeps the events of its last 100,000 tasks by default, and grows by hundreds of MB to get there (the
+  # soak, docs/performance.md); the last few steps' tasks are what anyone inspects. Read by the GCS that verl's
+  # ray.init starts here; a cluster started by `ray start` takes it from that shell (docs/multinode.md).
+  export RAY_task_events_max_num_task_in_gcs="${RAY_task_events_max_num_task_in_gcs:-5000}"
   RUNTIME_ENV="+ray_kwargs.ray_init.runtime_env.env_vars"
   HYDRA_ARGS+=("$RUNTIME_ENV.TENSORBOARD_DIR='$TENSORBOARD_DIR'"
                "$RUNTIME_ENV.VERL_FILE_LOGGER_PATH='$VERL_FILE_LOGGER_PATH'")

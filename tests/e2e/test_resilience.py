@@ -36,7 +36,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from processes import processes_with
+from bench_modules import load_bench
+from processes import environ, processes_with
 
 from retool.constants import REPO_ROOT
 from retool.failures.limits import read_records
@@ -128,6 +129,20 @@ def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str, log: 
         time.sleep(0.5)
 
 
+def settings_read(launch: int) -> dict[str, set]:
+    """What the launch's Ray GCS and vLLM processes started with, of the settings the soak found they need."""
+    probe = load_bench("soak_probe")
+    table = probe.processes()
+    found: dict[str, set] = {"gcs": set(), "rollout": set()}
+    for pid in probe.descendants(table, {launch}) - {launch}:  # launch.sh itself started before its exports
+        cmd = table[pid]["cmd"]
+        if "gcs_server" in cmd:
+            found["gcs"].add(environ(pid).get("RAY_task_events_max_num_task_in_gcs"))
+        elif probe.classify(cmd) == "rollout":  # not Ray's agents: their titles overwrite what /proc shows as environ
+            found["rollout"].add(environ(pid).get("MALLOC_MMAP_THRESHOLD_"))
+    return found
+
+
 @pytest.fixture(scope="module")
 def runs(setting) -> dict:
     run_dir, port, port_b = setting["run_dir"], setting["port"], setting["port_b"]
@@ -138,6 +153,7 @@ def runs(setting) -> dict:
     with running_sandbox(port=port) as url_a:  # the first launch's
         first = start(setting, log)
         wait_for(lambda: (dumps / f"{KILL_AFTER}.jsonl").is_file(), first, 900, f"step {KILL_AFTER}", log)
+        settings = settings_read(first.pid)
         os.killpg(first.pid, signal.SIGKILL)  # the launcher, verl, Ray and vLLM: the whole process group
         first.wait(timeout=60)
         deadline = time.monotonic() + 60
@@ -172,7 +188,7 @@ def runs(setting) -> dict:
             health_after = SandboxClient(url).health()
         a_during_resume = requests(url_a)
     result = {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
-              "health_before": health_before, "health_after": health_after, "outage": outage,
+              "health_before": health_before, "health_after": health_after, "outage": outage, "settings": settings,
               "sandbox_a_requests": {"first_launch": a_first_launch, "during_resume": a_during_resume}}
     if second.returncode == 0:  # what bench/resilience.py renders into docs/performance.md
         write_facts(setting, result, started)
@@ -270,6 +286,11 @@ def test_per_trajectory_sessions_ran_through_the_agent_loop_and_were_closed(runs
     counters = after["counters"]
     # every session ended: closed by its trajectory's end, or (its interpreter crashed) by the server
     assert after["live"] == 0 and counters["closed"] + counters["died"] == counters["started"], after
+
+
+def test_ray_and_vllm_run_with_the_settings_that_keep_them_from_growing(runs):
+    # the soak (docs/performance.md): Ray's GCS grew with task events, the CPU vLLM worker's heap kept what it freed
+    assert runs["settings"] == {"gcs": {"5000"}, "rollout": {"1048576"}}
 
 
 def test_nothing_was_imported_from_the_folder_the_run_was_launched_in(setting, runs):

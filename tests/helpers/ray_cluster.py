@@ -62,6 +62,7 @@ def two_node_cluster(node_sandbox_url: str, cpus_per_node: int = 1) -> Iterator[
     env = {key: value for key, value in os.environ.items()
            if key not in DEVICE_VARIABLES + ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL")}
     env["HOME"] = temp_dir
+    env["GLOO_SOCKET_IFNAME"] = "lo"  # the interface the ranks talk over, set where each raylet starts (multinode.md)
     ray = str(Path(sys.executable).with_name("ray"))
     common = ["--block", f"--num-cpus={cpus_per_node}", "--num-gpus=1", "--disable-usage-stats"]
     nodes = [subprocess.Popen(

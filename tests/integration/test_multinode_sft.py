@@ -37,7 +37,8 @@ def two_nodes(smoke_assets, tmp_path_factory) -> dict:
     env.update(DEVICE="cpu", PROFILE="improved", NNODES="2", NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), RUN_DIR=str(run_dir), DATA_DIR=str(smoke_assets / "launcher-data"),
                MODEL_PATH=str(smoke_assets / "model"), RETOOL_DATA_DIR=str(smoke_assets / "data"),
-               RETOOL_SMOKE_MODEL=str(smoke_assets / "model"), PYTHON=sys.executable)
+               RETOOL_SMOKE_MODEL=str(smoke_assets / "model"), PYTHON=sys.executable,
+               GLOO_SOCKET_IFNAME="lo")  # the interface the ranks talk over, as docs/multinode.md tells each node
     # the smoke's batch of 8 is 4 per rank here
     overrides = ["+smoke=sft", "data.micro_batch_size_per_gpu=4", f"trainer.total_training_steps={STEPS}"]
     consoles = [run_dir.parent / f"node{rank}.console" for rank in (0, 1)]  # files: a full pipe would stall a node
@@ -90,6 +91,13 @@ def test_the_checkpoint_has_both_ranks_shards_and_merges_to_the_saved_model(two_
     # verl's merger always writes bf16; the trainer's copy keeps the float32 it trained in
     assert ours.keys() == saved.keys() and all(torch.equal(ours[k], saved[k].to(ours[k].dtype)) for k in ours)
     assert any(not torch.equal(ours[k].float(), start[k].float()) for k in ours)  # the two steps trained it
+    # the copy the RL stage starts from loads as a model, shaped as the one-node SFT's (the model it started from)
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(checkpoint / "huggingface")
+    one_node = AutoModelForCausalLM.from_pretrained(two_nodes["model"])
+    assert {k: v.shape for k, v in loaded.state_dict().items()} == \
+        {k: v.shape for k, v in one_node.state_dict().items()}
 
 
 def test_the_shakedown_counts_node_0_s_line_as_the_launch(two_nodes):

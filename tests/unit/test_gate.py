@@ -41,6 +41,7 @@ def test_a_weaker_tier_stops_unless_accepted_by_name(isolation, capsys):
 
 
 def test_no_sandbox_and_no_url_are_refused():
-    assert isolation_verdict("http://127.0.0.1:9/run_code", environ={})[0] is False
+    ok, message = isolation_verdict("http://127.0.0.1:9/run_code", environ={}, restart_grace_s=1)
+    assert not ok and "does not answer GET /v1/ping" in message and "(refused connections for 1 s)" in message
     ok, message = isolation_verdict("127.0.0.1:8080", environ={})
     assert not ok and "http(s)" in message

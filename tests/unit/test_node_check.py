@@ -24,7 +24,8 @@ from processes import processes_with
 from retool.checklist import FAIL, OK, Check
 from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
-from retool.node_files import MARKER_PREFIX, Files, UnwritableFolder, check_files, package_files, shared_markers
+from retool.node_files import (MARKER_PREFIX, SAME_CLONE, Files, UnwritableFolder, check_files, package_files,
+                               shared_markers)
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
@@ -220,6 +221,15 @@ def test_a_node_that_sees_other_files_than_the_launching_host_is_told_which(tmp_
     assert "RUN_DIR" in folder
     assert missing.startswith(f"the model {tmp_path / 'no-model'} is not here")
     assert list((tmp_path / "run").rglob(f"{MARKER_PREFIX}*")) == []  # the markers are gone after the check
+
+
+def test_a_node_whose_verl_differs_in_its_files_is_told_it_is_another_release_or_patch_set():
+    verl_dir, _ = package_files()["verl"]
+    patched = Check(OK, "node c")  # the launching host's verl at the same path, one patch applied or left out
+    check_files(Files({"verl": (verl_dir, "f" * 64)}, {}, None), patched)
+    assert patched.status == FAIL and patched.details == [
+        f"verl at {verl_dir} holds other files than on the launching host (another verl release or patch set). "
+        f"{SAME_CLONE}"]
 
 
 def test_a_run_folder_the_launching_host_cannot_write_names_it(tmp_path):

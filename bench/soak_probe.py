@@ -26,6 +26,8 @@ _ROLLOUT = ("vllm", "enginecore", "engine_core")
 _RAY = ("gcs_server", "raylet", "dashboard", "log_monitor", "ray/_private", "runtimeenvagent", "ray::idle",
         "ray/autoscaler", "ray.util.client", "bin/ray start")  # ray/_private holds default_worker.py: a worker
 # not yet renamed for its actor
+RUN_GROUPS = GROUPS[:4]
+PROCESS_MIN_MB, TITLE_CHARS = 50.0, 80  # a run's processes recorded one by one: those of at least this PSS
 DISK_KINDS = ("checkpoints", "rollouts", "tensorboard", "logs", "validation")
 
 
@@ -118,7 +120,7 @@ def sample(launch_pid: int | None, ray_dir: str, run_dir: Path, server_pid: int 
     run |= descendants(table, run)
     server = descendants(table, {server_pid} if server_pid else set())
     groups = {name: {"pss_mb": 0.0, "fds": 0, "procs": 0} for name in GROUPS}
-    zombies = 0
+    zombies, largest = 0, {}
     for pid, info in table.items():
         if sandbox_uids is not None and info["uid"] in sandbox_uids:
             name = "sandbox_programs"
@@ -131,16 +133,19 @@ def sample(launch_pid: int | None, ray_dir: str, run_dir: Path, server_pid: int 
         if info["state"] == "Z":
             zombies += 1
             continue
-        group = groups[name]
-        group["pss_mb"] += pss_mib((pid,))
+        group, pss = groups[name], pss_mib((pid,))
+        group["pss_mb"] += pss
         group["fds"] += open_fds(pid)
         group["procs"] += 1
+        if name in RUN_GROUPS and pss >= PROCESS_MIN_MB:
+            largest[str(pid)] = [name, info["cmd"][:TITLE_CHARS], round(pss, 1)]
     for group in groups.values():
         group["pss_mb"] = round(group["pss_mb"], 1)
     sessions = (sandbox_health or {}).get("sessions") or {}
     return {
         "t": round(time.time(), 1),
         "groups": groups,
+        "processes": largest,  # pid -> [group, command, PSS MB]: which process of a group grows
         "zombies": zombies,
         "run_processes": len(run & set(table)),
         "sandbox": {"up": sandbox_health is not None, "sessions_live": sessions.get("live"),

@@ -2,8 +2,9 @@
 
 Memory: the slope of each process group's PSS (and of its open descriptors) over time, fitted within each lifetime of
 the group (a launch for the run's groups, a sandbox lifetime between restarts for the sandbox's) with the first
-minutes of each dropped as warm-up, so that a restart is not read as growth or shrinkage (the sandbox's open sessions
-held fixed). It passes when its whole 95% interval projects to under 10% growth over 18 hours (the reference run's
+minutes of each dropped as warm-up, so that a restart is not read as growth or shrinkage. The sandbox's open sessions
+are held fixed; a run group is fitted on its lowest sample of every 5 minutes, so that the phase of a step is not read
+as noise. A slope passes when its whole 95% interval projects to under 10% growth over 18 hours (the reference run's
 length on 16 dies) on the group's mean level, fails when even the interval's low end projects over that, and is
 inconclusive in between. The slope per step is given too: the CPU makes ~30x the reference run's steps per hour.
 """
@@ -19,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from soak_probe import RUN_GROUPS
 
 from retool.constants import REPO_ROOT
 from retool.doctor.estimate import GIB, KNOWN_MODELS, RECIPE_MODEL, checkpoint_saves, estimate_checkpoints
 from retool.failures.limits import read_records
 from retool.report import read_event_dir
 
-RUN_GROUPS = ("trainer", "rollout", "agent_loop", "ray")
 WARMUP_S = {"launch": 300.0, "sandbox": 60.0}
+LOW_BIN_S = 300.0  # a run group's slope is fitted on its least PSS per 5 minutes (``lows``)
 HOURS, GROWTH_LIMIT = 18.0, 0.10
 # The reference run (configs/rl.yaml): 130 steps, a save every 10 keeping 3, 64 prompts x 16, 16384 tokens each.
 REAL_STEPS, REAL_SAVE_EVERY, REAL_KEEP, REAL_TRAJECTORIES, REAL_RESPONSE = 130, 10, 3, 64 * 16, 16384
@@ -96,9 +98,22 @@ def windows_of(samples: list[dict], events: list[dict], kind: str) -> list[list[
     return [[s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind]] for w in windows.values()]
 
 
+def lows(window: list[dict], group: str) -> list[dict]:
+    """The sample with the group's least PSS in each ``LOW_BIN_S`` of a window (a bin of less than half that, at the
+    window's end, is left out). A run's memory swings with the phase of its step (the trainer's by ~1 GB between
+    rollout and update), which 30 s samples hit at random; the lows of each bin follow what the group keeps."""
+    bins: dict[int, list[dict]] = {}
+    for s in window:
+        bins.setdefault(int((s["t"] - window[0]["t"]) // LOW_BIN_S), []).append(s)
+    return [min(b, key=lambda s: s["groups"][group]["pss_mb"]) for _, b in sorted(bins.items())
+            if b[-1]["t"] - b[0]["t"] >= LOW_BIN_S / 2]
+
+
 def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any]:
     kind = "launch" if group in RUN_GROUPS else "sandbox"
     windows = windows_of(samples, events, kind)
+    if kind == "launch":
+        windows = [lows([s for s in w if s["groups"][group]["procs"]], group) for w in windows]
     out: dict[str, Any] = {"group": group}
     for metric, unit in (("pss_mb", "MB"), ("fds", "fds")):
         # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
@@ -325,7 +340,9 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"{m.get('restart_every_min', 10):g} minutes and started again by scripts/keep_sandbox_up.sh "
         f"({result['restarts']} times), the whole launch killed with SIGKILL about halfway and launched again, "
         f"{result['ending']}. {result['samples']} samples, one every 30 s (bench/soak_probe.py); the run's folder "
-        f"is `{source}/`.", "",
+        f"is `{source}/`. Memory slopes leave out each lifetime's first minutes (a launch's "
+        f"{WARMUP_S['launch'] / 60:g}, a sandbox's {WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
+        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).", "",
         "| verdict | result | what was seen |", "|---|---|---|"]
     for v in result["verdicts"]:
         result_word = "pass" if v["passed"] else "**inconclusive**" if v.get("inconclusive") else "**FAIL**"

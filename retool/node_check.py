@@ -48,7 +48,7 @@ from retool.doctor.config import dig
 from retool.node_files import Files, UnwritableFolder, check_files, local_model, package_files, shared_markers
 from retool.resume import RESUMED_ENV
 from retool_sandbox.client import SandboxURLError, run_code_url
-from retool.sandbox_gate import ACCEPT_VARIABLE, sandbox_verdict
+from retool.sandbox_gate import ACCEPT_VARIABLE, RESTART_GRACE_S, restart_grace_s, sandbox_verdict
 
 NODE_URL_VARIABLE = "RETOOL_NODE_SANDBOX_URL"  # one node's own sandbox, set where `ray start` runs on that node
 LAUNCH_URL_VARIABLE = "RETOOL_SANDBOX_URL"
@@ -72,6 +72,7 @@ class Expected:
     env_vars: dict[str, str]
     device: str
     accept_weak: bool
+    restart_grace_s: float = RESTART_GRACE_S  # how long a node waits for a sandbox port that refuses connections
     versions: dict[str, str | None] = field(default_factory=dict)  # empty: not compared (the launching host itself)
     device_stack: bool = False  # npu/cuda: import the stack and see a device (the launcher did it for its own host)
     resumed_from: dict[str, str] | None = None  # a resume: the workers' environment of the run before it
@@ -100,6 +101,7 @@ def expected_from_config(cfg: dict[str, Any], on_cluster: bool, run_dir: Path | 
         env_vars=env_vars,
         device=device,
         accept_weak=os.environ.get(ACCEPT_VARIABLE) == "1",  # the launcher's decision, for every node
+        restart_grace_s=restart_grace_s(),
         versions=installed_versions() if on_cluster else {},
         device_stack=on_cluster and device in ("npu", "cuda"),
         resumed_from=resumed_from(run_dir, env_vars) if run_dir else None,
@@ -217,7 +219,7 @@ def _check_sandbox(expected: Expected, result: Check) -> None:
         warning = resume_override(expected, url)
         if warning:
             result.warn(warning)
-        ok, message = sandbox_verdict(url, accept)
+        ok, message = sandbox_verdict(url, accept, expected.restart_grace_s)
         where = f"sandbox {url} (from {url_source(url, expected)})"
         if ok:
             result.ok(f"{where}: {message}")
@@ -353,6 +355,10 @@ def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resourc
 def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], list[Check]]:
     """Check the cluster verl will use, or this host when verl will start its own Ray."""
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
+    try:
+        restart_grace_s()  # the launcher's setting, sent to every node
+    except ValueError as exc:
+        return [str(exc)], []
     try:
         address = cluster_address(cfg)
     except (ConnectionError, ValueError) as exc:

@@ -34,16 +34,34 @@ HOW_TO_FIX = (
 PROGRAM_POLICY = ClientPolicy(run_timeout=30, queue_timeout_s=30, max_retries=0, reconnect_budget_s=0)
 # A port that refuses connections is waited for this long: a sandbox restarted by its supervisor
 # (scripts/keep_sandbox_up.sh) is back within seconds, and a relaunch after a crash often falls on that restart.
+# GRACE_VARIABLE sets another wait (a supervisor that takes longer, or 0 not to wait).
 RESTART_GRACE_S = 30.0
+GRACE_VARIABLE = "RETOOL_SANDBOX_RESTART_GRACE_S"
+
+
+def restart_grace_s(environ: Mapping[str, str] = os.environ) -> float:
+    """Seconds to wait for a port that refuses connections: GRACE_VARIABLE's, else RESTART_GRACE_S."""
+    text = environ.get(GRACE_VARIABLE, "").strip()
+    if not text:
+        return RESTART_GRACE_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{GRACE_VARIABLE}={text!r} is not a number of seconds (0 or more); unset it for the "
+                         f"default {RESTART_GRACE_S:g}")
+    return seconds
 
 
 def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ,
-                      restart_grace_s: float = RESTART_GRACE_S) -> tuple[bool, str]:
-    """(may the run go on, what to say). Unreachable sandboxes and bad URLs never may."""
+                      restart_grace: float | None = None) -> tuple[bool, str]:
+    """(may the run go on, what to say). Unreachable sandboxes and bad URLs never may; a port that refuses
+    connections is waited for ``restart_grace`` seconds (None: ``restart_grace_s(environ)``)."""
     try:
         client = SandboxClient(url)
-        health = _ready(client, restart_grace_s)
-    except (SandboxURLError, SandboxUnreachable) as exc:
+        health = _ready(client, restart_grace_s(environ) if restart_grace is None else restart_grace)
+    except (SandboxURLError, SandboxUnreachable, ValueError) as exc:
         return False, str(exc)
     tier = health.get("isolation") if health else None
     if tier in STRONG_TIERS:
@@ -76,9 +94,9 @@ def _refused(exc: SandboxUnreachable) -> bool:
 
 
 def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ,
-                    restart_grace_s: float = RESTART_GRACE_S) -> tuple[bool, str]:
+                    restart_grace: float | None = None) -> tuple[bool, str]:
     """``isolation_verdict``, then one program: may the run go on, and what to say."""
-    ok, message = isolation_verdict(url, environ, restart_grace_s)
+    ok, message = isolation_verdict(url, environ, restart_grace)
     if not ok:
         return ok, message
     client = SandboxClient(url, PROGRAM_POLICY)

@@ -1,8 +1,9 @@
 """A long run survives what days of training bring, on the CPU stack with the smoke's SFT model and data:
 
-1. SIGKILL after step 3 of 6 (checkpoints every 2 steps), then the documented resume (the same launch with the same
-   RUN_DIR): it restarts at step 3 from the step-2 checkpoint, its steps draw exactly the prompts the uninterrupted
-   smoke run drew at those steps (verl's rollout dumps), it finishes, and TensorBoard holds every step once.
+1. SIGKILL after step 3 of 6 (checkpoints every 2 steps, the last 2 kept), then the documented resume (the same
+   launch with the same RUN_DIR): it restarts at step 3 from the step-2 checkpoint, its steps draw exactly the
+   prompts the uninterrupted smoke run drew at those steps (verl's rollout dumps), it finishes, TensorBoard holds
+   every step once, and the crashed launch's checkpoint is removed as the resume saves its own.
    The resume is launched with another sandbox (B, another port) and another TensorBoard folder, as after a move
    to other hosts: its workers call B (B's request counter) and never the crashed run's URL, where a fresh sandbox
    A' (started once the crashed run is gone, so calls that run left in flight cannot be counted late) counts any
@@ -50,6 +51,7 @@ from verl_tree import imported, verl_tree
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
 STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
+KEEP = 2  # checkpoints: the crashed launch saves step 2, the resume 4 and 6
 
 
 
@@ -80,6 +82,7 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
            "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"}
     env.pop("DRY_RUN", None)
     overrides = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
+                 f"trainer.max_actor_ckpt_to_keep={KEEP}",
                  "trainer.val_before_train=false", "trainer.test_freq=-1",
                  "actor_rollout_ref.rollout.multi_turn.tool_config_path=./retool_tool.yaml",  # from launch_dir
                  f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
@@ -224,6 +227,14 @@ def test_the_resumed_run_continues_from_the_last_checkpoint_and_finishes(setting
     checkpoints = setting["run_dir"] / "checkpoints" / "rl"
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
     assert runs["leftovers"] == [], "Ray processes outlived the killed run's process group"
+
+
+def test_the_resumed_run_keeps_only_as_many_checkpoints_as_asked(setting, runs):
+    """The crashed launch's checkpoint counts against max_actor_ckpt_to_keep (patch 0008): saving step 6 removes
+    step 2's, as an uninterrupted run would; verl alone kept all three."""
+    config = yaml.safe_load((setting["run_dir"] / "rl.resolved.yaml").read_text())
+    saved = Path(config["trainer"]["default_local_dir"]).glob("global_step_*/actor")
+    assert sorted(int(path.parent.name.removeprefix("global_step_")) for path in saved) == [4, 6]
 
 
 def test_every_step_draws_the_uninterrupted_run_s_prompts(setting, runs):

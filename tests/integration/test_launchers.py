@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ports import free_port
+from retool.sandbox_gate import GRACE_VARIABLE
 
 pytestmark = pytest.mark.verl
 
@@ -247,10 +247,11 @@ def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
 
 
 def test_rl_refuses_a_sandbox_that_does_not_answer(rl_inputs, tmp_path):
-    port = free_port()
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
-                                                   "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"})
+                                                   "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code",  # refused
+                                                   GRACE_VARIABLE: "3"})
     assert proc.returncode == 1 and "does not answer GET /v1/ping" in proc.stderr
+    assert "(refused connections for 3 s)" in proc.stderr  # the launch's setting reached the check
 
 
 def test_a_resume_that_would_train_something_else_is_refused(rl_inputs, tmp_path):

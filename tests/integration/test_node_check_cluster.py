@@ -32,6 +32,7 @@ from processes import stop_group
 from ray_cluster import DEVICE_VARIABLES, SECOND_NODE, nodes_up, two_node_cluster
 
 from retool.constants import REPO_ROOT
+from retool.sandbox_gate import GRACE_VARIABLE
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 
@@ -55,7 +56,8 @@ def launch_two_nodes(env: dict, rl_inputs: dict, run_dir: Path, sandbox: str) ->
     return subprocess.run(
         [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
         env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
-             "RETOOL_SANDBOX_URL": sandbox + "/run_code"})
+             "RETOOL_SANDBOX_URL": sandbox + "/run_code",
+             GRACE_VARIABLE: "2"})  # a node's dead port is waited for 2 s, not 30 (the wait: test_keep_sandbox_up)
 
 
 def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_it_has_one(cluster, rl_inputs,
@@ -70,6 +72,7 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
         assert "error: the node check failed before step 1" in launch.stderr
         assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in launch.stderr
         assert "does not answer GET /v1/ping" in launch.stderr
+        assert "(refused connections for 2 s)" in launch.stderr  # the launcher's wait, on the second node
         assert "start `retool-sandbox serve` on that node" in launch.stderr
         head = f"worker environment as launched ({{}} variables)\n       sandbox {head_sandbox}/run_code (from " \
                f"RETOOL_SANDBOX_URL of the launch): sandbox {head_sandbox}: isolation bwrap; ran print(6*7)"

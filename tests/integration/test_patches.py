@@ -277,3 +277,40 @@ def test_0007_validation_metrics_are_the_loop_s_numbers_with_few_loop_calls(tree
     # pristine: every numeric field, prompt and n; patched: only the field with NaN (best/worst and maj per n)
     assert loop_calls["patched"] < loop_calls["pristine"] / 5, loop_calls
     assert loop_calls["patched"] > 0, loop_calls
+
+
+def test_0008_a_resumed_manager_keeps_no_more_checkpoints_than_asked_only_with_the_patch(trees):
+    """One manager saves steps 1-3 keeping 2, a new one (what a resumed process starts with) loads step 3 and saves
+    4 and 5: unpatched, the first manager's 2 and 3 stay beside 4 and 5. RL's layout (global_step_N/actor) and
+    SFT's (global_step_N)."""
+    code = f"""
+        import tempfile
+        from pathlib import Path
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                             num_attention_heads=1, num_key_value_heads=1))
+        fully_shard(model)
+        contents = {{"save_contents": ["model"], "load_contents": ["model"]}}
+        for leaf in ("actor", ""):
+            root = Path(tempfile.mkdtemp())
+            def path(step):
+                return str(root / f"global_step_{{step}}" / leaf)
+            first = FSDPCheckpointManager(model, checkpoint_config=contents)
+            for step in (1, 2, 3):
+                first.save_checkpoint(path(step), global_step=step, max_ckpt_to_keep=2)
+            resumed = FSDPCheckpointManager(model, checkpoint_config=contents)
+            resumed.load_checkpoint(path(3))
+            for step in (4, 5):
+                resumed.save_checkpoint(path(step), global_step=step, max_ckpt_to_keep=2)
+            kept = sorted(int(folder.name.split("_")[-1]) for folder in root.glob("global_step_*")
+                          if (folder / leaf / "model_world_size_1_rank_0.pt").is_file())
+            print("kept", leaf or "step", kept)
+        dist.destroy_process_group()
+    """
+    pristine, patched = run_in_both(trees, code)
+    assert "kept actor [2, 3, 4, 5]" in pristine and "kept step [2, 3, 4, 5]" in pristine, pristine
+    assert "kept actor [4, 5]" in patched and "kept step [4, 5]" in patched, patched

@@ -55,11 +55,21 @@ def test_growth_passes_a_flat_group_and_fails_one_that_would_add_a_tenth_in_18_h
     assert leak["pss_mb"]["per_step"] == pytest.approx(20 / 120)  # a step every 30 s
     assert "per step: +22 over 130 steps" in leak_seen, leak_seen
     assert verdicts._growth_verdict(verdicts.growth(_samples(20.0), [], "rollout"))[0] is False  # no samples: no pass
-    noisy = _samples(20.0, hours=0.5)
-    for i, sample in enumerate(noisy):  # +-600 MB around the line: the interval spans the limit
-        sample["groups"]["trainer"]["pss_mb"] += 600 * (-1) ** i
+    noisy = _samples(20.0, hours=1.0)
+    for i, sample in enumerate(noisy):  # +-600 MB around the line, bin to bin: the interval spans the limit
+        sample["groups"]["trainer"]["pss_mb"] += 600 * (-1) ** (i // 10)
     state, seen = verdicts._growth_verdict(verdicts.growth(noisy, [], "trainer"))
     assert state is None, seen  # inconclusive: neither a pass nor a proven leak
+
+
+def test_a_run_group_is_fitted_on_its_lows_so_the_phase_of_a_step_is_not_noise():
+    for mb_per_h, passes in ((1.0, True), (20.0, False)):
+        samples = _samples(mb_per_h)
+        for i, sample in enumerate(samples):  # a step every 30 s, 1 GB more in every other sample (its update)
+            sample["groups"]["trainer"]["pss_mb"] += 1000 * (i % 2)
+        trainer = verdicts.growth(samples, [], "trainer")
+        assert trainer["pss_mb"]["slope_per_h"] == pytest.approx(mb_per_h, abs=0.5)
+        assert verdicts._growth_verdict(trainer)[0] is passes
 
 
 def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(tmp_path):
@@ -69,13 +79,17 @@ def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(t
     (run_dir / "rollouts").mkdir()
     (run_dir / "rollouts" / "1.jsonl").write_text("{}\n" * 100)
     (run_dir / "rl.resolved.yaml").write_text("a: 1\n")
-    # a launch with a child, as scripts/launch.sh has verl under it
+    # a launch with a child holding 64 MB, as scripts/launch.sh has verl under it
     launch = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                               "subprocess.Popen([sys.executable, '-c', "
+                               "'import time; held = b\"x\" * (64 << 20); time.sleep(60)']); "
                                "time.sleep(60)"])
     try:
         deadline = time.monotonic() + 30
-        while (found := probe.sample(launch.pid, "", run_dir, None, None, None))["groups"]["trainer"]["procs"] < 2:
+        while True:
+            found = probe.sample(launch.pid, "", run_dir, None, None, None)
+            if any(pss >= 64 for _, _, pss in found["processes"].values()):  # the child has written all 64 MB
+                break
             if time.monotonic() > deadline:  # the child did not start
                 break
             time.sleep(0.1)
@@ -86,6 +100,9 @@ def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(t
     trainer = found["groups"]["trainer"]
     assert trainer["procs"] == 2 and trainer["pss_mb"] > 1 and trainer["fds"] >= 6, found
     assert found["run_processes"] == 2
+    # only the child is large enough to be recorded on its own
+    [(group, command, pss)] = found["processes"].values()
+    assert group == "trainer" and "held" in command and 64 <= pss < 100, found
     assert found["disk"]["checkpoints"] == 4096 and found["disk"]["rollouts"] == 300 and found["disk"]["other"] == 5
     assert found["sandbox"]["up"] is False and found["shm_used_bytes"] >= 0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from retool.sandbox_gate import ACCEPT_VARIABLE, isolation_verdict, main, sandbox_verdict
+from retool.sandbox_gate import (ACCEPT_VARIABLE, GRACE_VARIABLE, RESTART_GRACE_S, isolation_verdict, main,
+                                 restart_grace_s, sandbox_verdict)
 from retool_sandbox.spawn import running_sandbox
 
 
@@ -41,7 +42,10 @@ def test_a_weaker_tier_stops_unless_accepted_by_name(isolation, capsys):
 
 
 def test_no_sandbox_and_no_url_are_refused():
-    ok, message = isolation_verdict("http://127.0.0.1:9/run_code", environ={}, restart_grace_s=1)
+    ok, message = isolation_verdict("http://127.0.0.1:9/run_code", environ={GRACE_VARIABLE: "1"})
     assert not ok and "does not answer GET /v1/ping" in message and "(refused connections for 1 s)" in message
+    ok, message = isolation_verdict("http://127.0.0.1:9/run_code", environ={GRACE_VARIABLE: "soon"})
+    assert not ok and f"{GRACE_VARIABLE}='soon' is not a number of seconds" in message
+    assert restart_grace_s({}) == RESTART_GRACE_S == 30
     ok, message = isolation_verdict("127.0.0.1:8080", environ={})
     assert not ok and "http(s)" in message

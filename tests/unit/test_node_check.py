@@ -24,6 +24,7 @@ from processes import processes_with
 from retool.checklist import FAIL, OK, Check
 from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
+from retool.sandbox_gate import GRACE_VARIABLE
 from retool.node_files import (MARKER_PREFIX, SAME_CLONE, Files, UnwritableFolder, check_files, package_files,
                                shared_markers)
 from retool_sandbox.client import SandboxClient
@@ -69,6 +70,7 @@ def node_check(path: Path, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items()
             if k not in ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL",
                          "RETOOL_ACCEPT_WEAK_ISOLATION")}
+    full[GRACE_VARIABLE] = "2"  # a dead port is waited for 2 s, not 30 (the wait itself: test_keep_sandbox_up.py)
     return subprocess.run([sys.executable, "-m", "retool.node_check", "--config", str(path)], env={**full, **env},
                           capture_output=True, text=True, timeout=300)
 
@@ -97,11 +99,12 @@ def test_the_check_calls_the_sandbox_the_workers_will_call_not_the_shell_s(tmp_p
 
 
 def test_a_node_s_own_sandbox_url_wins_and_is_named(tmp_path, ray_dir):
-    node_url = dead_url()
+    node_url = "http://127.0.0.1:9/run_code"  # a privileged port nothing here listens on: refused
     with running_sandbox(slots=1) as url:
         proc = node_check(config(tmp_path, ray_dir, url + "/run_code"), RETOOL_NODE_SANDBOX_URL=node_url)
     assert proc.returncode == 1
     assert f"sandbox {node_url} (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in proc.stderr
+    assert "(refused connections for 2 s)" in proc.stderr  # the launcher's wait, in the node's task
     assert "[WARN]" not in proc.stderr  # a first launch: the node's own sandbox is how the cluster was set up
 
 

@@ -356,15 +356,14 @@ def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], li
     """Check the cluster verl will use, or this host when verl will start its own Ray."""
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
     try:
-        restart_grace_s()  # the launcher's setting, sent to every node
-    except ValueError as exc:
-        return [str(exc)], []
-    try:
         address = cluster_address(cfg)
     except (ConnectionError, ValueError) as exc:
         return [f"the Ray cluster the run would join is not usable: {exc}"], []
+    try:
+        expected = expected_from_config(cfg, on_cluster=address is not None, run_dir=run_dir)
+    except ValueError as exc:  # the launcher's RETOOL_SANDBOX_RESTART_GRACE_S is not a number of seconds
+        return [str(exc)], []
     if address is not None:
-        expected = expected_from_config(cfg, on_cluster=True, run_dir=run_dir)
         # the folders ranks on every node write into and the head reads back: the run's and the checkpoints'
         folders = [Path(folder) for folder in (run_dir, dig(cfg, "trainer.default_local_dir", None)) if folder]
         try:
@@ -377,7 +376,7 @@ def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], li
         return [f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
                 "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "
                 "ray start --address=<this node>:6379 on the others (or set RAY_ADDRESS), then launch again"], []
-    return check_here(cfg, expected_from_config(cfg, on_cluster=False, run_dir=run_dir))
+    return check_here(cfg, expected)
 
 
 def report(problems: list[str], results: list[Check]) -> int:

@@ -240,3 +240,9 @@ def test_a_run_folder_the_launching_host_cannot_write_names_it(tmp_path):
     with pytest.raises(UnwritableFolder, match=r"cannot write into .*file/run \(.*\)\. Fix: a RUN_DIR"):
         with shared_markers([tmp_path / "file" / "run"]):
             pass
+
+
+def test_a_wait_that_is_not_a_number_stops_the_check_naming_the_variable(tmp_path, ray_dir):
+    proc = node_check(config(tmp_path, ray_dir, dead_url()), **{GRACE_VARIABLE: "soon"})
+    assert proc.returncode == 1
+    assert f"[FAIL] ray: {GRACE_VARIABLE}='soon' is not a number of seconds" in proc.stderr

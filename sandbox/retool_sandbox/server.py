@@ -38,7 +38,7 @@ from retool_sandbox.executor import Executor, RunOutcome, RunSpec
 from retool_sandbox.isolation import Interpreter
 from retool_sandbox.uids import kill_leftovers, reserve_uids
 from retool_sandbox.protocol import SESSION_ID, RequestError, parse_run_request, parse_session_id, run_response
-from retool_sandbox.sessions import SessionManager, SessionsFull
+from retool_sandbox.sessions import ServerStopping, SessionManager, SessionsFull
 from retool_sandbox.tier_choice import choose_isolation
 
 log = logging.getLogger("retool_sandbox")
@@ -111,7 +111,7 @@ class SandboxApp:
         self.pool = SlotPool(cfg.slots)
         self.counters = Counters()
         self.started = time.time()
-        self.state = "warming"  # "ready" once the slots and the session zygote have started (serve)
+        self.state = "warming"  # "ready" once the slots and the session zygote have started (serve); then "stopping"
         self.sessions = SessionManager(
             executor, first_box=2 * cfg.slots, max_sessions=cfg.max_sessions, idle_timeout=cfg.session_idle_timeout,
             memory_floor_mb=cfg.memory_floor_mb,
@@ -130,6 +130,7 @@ class SandboxApp:
             self.sessions.start()
 
     async def _on_shutdown(self, app: web.Application) -> None:
+        self.state = "stopping"
         if self.sessions is not None:
             await self.sessions.close_all()
 
@@ -190,6 +191,8 @@ class SandboxApp:
                 raise RequestError("session_id", "sessions are disabled on this server (--max-sessions 0)")
         except RequestError as exc:
             return self._reject(exc.loc, exc.msg)
+        if self.state == "stopping":
+            return _stopping("the server is stopping; retry on the next one")
         if session_id is not None:
             return await self._run_session(session_id, spec)
         slot = await self.pool.acquire(self.cfg.queue_timeout)
@@ -215,6 +218,8 @@ class SandboxApp:
         except SessionsFull as exc:
             self.counters.queue_timeouts += 1
             return web.json_response({"status": "SandboxError", "message": str(exc)}, status=504)
+        except ServerStopping as exc:
+            return _stopping(f"session {session_id!r}: {exc}")
         except Exception as exc:  # a server-side failure must answer SandboxError, not a 500 page
             log.exception("session %r failed", session_id)
             outcome = RunOutcome("Error", None, None, "", "", error=f"sandbox failure: {exc!r}")
@@ -232,6 +237,12 @@ class SandboxApp:
         setattr(self.counters, key, getattr(self.counters, key) + 1)
         self.counters.time_limit_exceeded += outcome.status == "TimeLimitExceeded"
         self.counters.truncated_output += outcome.truncated
+
+
+def _stopping(message: str) -> web.Response:
+    """503 for a call a stopping server will not finish: clients retry it (within their reconnect budget) on the
+    server that comes up next, the way they ride out a refused connection, instead of reporting the code as failed."""
+    return web.json_response({"status": "SandboxError", "message": message}, status=503)
 
 
 def _packages(modules: list[str]) -> str:

@@ -50,6 +50,11 @@ class SessionsFull(Exception):
     """No session could be started or evicted in time: the caller answers 504 (retryable)."""
 
 
+class ServerStopping(Exception):
+    """The server is stopping and ended (or would not start) the session a call needed: the caller answers 503, which
+    clients retry, so the call runs on the restarted server instead of coming back as a failure of the code."""
+
+
 @dataclass
 class SessionCounters:
     started: int = 0
@@ -91,6 +96,7 @@ class SessionManager:
         self._cleanups: set[asyncio.Task] = set()
         self._reaper: asyncio.Task | None = None
         self._box_freed = asyncio.Event()
+        self.stopping = False  # close_all began: the server is going away
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
 
@@ -183,6 +189,8 @@ class SessionManager:
             if slot is None:
                 return None
             try:
+                if self.stopping:  # it waited for its slot while the server began to stop
+                    raise ServerStopping("the server is stopping; retry on the next one")
                 session.busy = True
                 if session.sandbox is None and box is None:  # it ended while this call waited for its slot
                     box = self._free_box_now()
@@ -231,6 +239,8 @@ class SessionManager:
                 await self._start(session, spec, box)
             except RuntimeError as exc:
                 self._end(session, None)
+                if self.stopping:
+                    raise ServerStopping(f"the server stopped while the session started ({exc}); retry") from exc
                 return RunOutcome("Error", None, None, "", "", error=str(exc))
             reason = self.lost.pop(session.id, None)
             if reason is not None:
@@ -249,6 +259,8 @@ class SessionManager:
             log.exception("cell of session %r failed", session.id)
             sandbox.kill()
             outcome = RunOutcome("Error", None, None, "", "", error=f"sandbox failure: {exc!r}")
+        if not sandbox.alive and self.stopping:
+            raise ServerStopping("the server stopped during this cell and ended its session; retry")
         if not sandbox.alive:
             how = _how(sandbox)
             if session.sandbox is sandbox:  # not already ended by the client or an eviction
@@ -373,6 +385,8 @@ class SessionManager:
                 log.exception("evicting sessions failed")
 
     async def close_all(self) -> None:
+        """End every session: the server is stopping (calls still in flight answer ServerStopping)."""
+        self.stopping = True
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

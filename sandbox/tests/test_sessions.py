@@ -11,6 +11,7 @@ import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -343,6 +344,36 @@ def test_a_restarted_server_is_noticed_by_the_client():
         assert reply.body["session"] == {"id": s, "cell": 1, "lost": None}
         assert "NameError" in reply.body["run_result"]["stderr"]
         assert "no longer had this session" in reply.session_lost and "2 earlier call(s)" in reply.session_lost
+
+
+def test_cells_a_stopping_server_cuts_off_are_retried_on_the_next_one():
+    """A graceful stop (SIGTERM: what a supervisor's restart sends) answers the cells it ends with 503, which clients
+    retry on the server that comes up next, instead of an error the model would read as its code's (the soak: a
+    restart during a step failed two trajectories as sandbox_unavailable, past max_failed_share: the run stopped)."""
+    raw, riding = sid(), sid()
+    policy = replace(TEST_POLICY, reconnect_budget_s=60, retry_backoff_s=0.2)  # as the tool rides out a restart
+    long_cell = "import time\ntime.sleep(15)\nprint(x)"
+    with _server(slots=2, max_sessions=4) as first, ThreadPoolExecutor(max_workers=2) as pool:
+        patient = SandboxClient(first, policy)
+        for s in (raw, riding):
+            assert patient.run_sync("x = 6", session_id=s).status == "ok"
+        cut = pool.submit(call, first, long_cell, session_id=raw)  # no retries: the reply the stop gave
+        ridden = pool.submit(patient.run_sync, long_cell, session_id=riding)
+        deadline = time.monotonic() + 30
+        while get(first + "/health")["in_flight"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = get(first + "/health")["pid"]
+        os.kill(pid, signal.SIGTERM)
+        reply = cut.result(timeout=60)
+        assert http_status(reply) == 503 and "server stopped during this cell" in reply.problem, reply
+        while _state(pid) not in ("gone", "Z") and time.monotonic() < deadline + 30:
+            time.sleep(0.1)
+        with _server(slots=2, max_sessions=4, port=urlsplit(first).port) as second:
+            reply = ridden.result(timeout=120)
+            # It ran on the new server in a fresh interpreter: x is gone, and the client says so.
+            assert reply.retries > 0 and "NameError" in reply.body["run_result"]["stderr"], reply
+            assert "no longer had this session" in reply.session_lost, reply.session_lost
+            assert get(second + "/health")["sessions"]["counters"]["started"] == 1
 
 
 def test_an_idle_session_is_evicted_and_says_so(small_url):

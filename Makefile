@@ -1,5 +1,6 @@
 # make smoke   the whole recipe end to end on this CPU (tiny model, real verl/vLLM/Ray/sandbox), 10-15 min
-# make lint    ruff with the rule set in pyproject.toml ([tool.ruff]); make test runs it first
+# make lint    ruff's rule set in pyproject.toml ([tool.ruff]) and its formatter's check; make test runs both first
+# make format  ruff format: what make lint's format check asks for
 # make test    every test, the end-to-end smoke included; installs what is missing first. Two phases: every test but
 #              tests/e2e on TEST_WORKERS pytest processes (default 2; a whole file per process), then tests/e2e alone,
 #              whose runs use every core. TEST_REPORTS=<dir> writes each phase's JUnit report there
@@ -22,7 +23,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.retool-setup-done
 SETUP_INPUTS := pyproject.toml sandbox/pyproject.toml $(wildcard patches/*.patch) scripts/setup.sh scripts/install_system_packages.sh
 
-.PHONY: setup smoke test test-fast test-shakedown test-faults rehearse-nodes bench bench-loadtest bench-learning bench-async bench-filter bench-soak lint clean-runs
+.PHONY: setup smoke test test-fast test-shakedown test-faults rehearse-nodes bench bench-loadtest bench-learning bench-async bench-filter bench-soak lint format clean-runs
 
 setup: $(STAMP)
 	@bash scripts/install_system_packages.sh >/dev/null
@@ -39,6 +40,7 @@ LINTED := retool sandbox tests bench retool_sft_preprocess.py
 test: setup
 	@status=0; \
 	$(PY) -m ruff check $(LINTED) || status=$$?; \
+	$(PY) -m ruff format --check $(LINTED) || status=$$?; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/e2e \
 	  $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/parallel.xml) || status=$$?; \
 	$(PY) -m pytest tests/e2e $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/e2e.xml) || status=$$?; \
@@ -79,6 +81,10 @@ bench-soak: setup
 
 lint: setup
 	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+
+format: setup
+	$(PY) -m ruff format $(LINTED)
 
 clean-runs:
 	rm -rf runs

@@ -38,25 +38,35 @@ FIRST_STEP = 2  # step 1 fills the async pipelines (and warms every cache): left
 # The reference run on one node of 8 x Atlas A3 (16 dies), with where each number comes from. Rates are the same
 # paper estimates as the README's wall-time estimate; no number here was measured on an NPU.
 REFERENCE = {
-    "dies": 16, "rollout_dies": 8, "rollout_tp": 4,  # separate_async's split (docs/training.md)
-    "trajectories": 64 * 16,         # train_batch_size x rollout.n (configs/rl.yaml)
-    "prompt_tokens": 600,            # estimate: a DAPO-Math question with the system prompt and tool schema
-    "response_tokens": 4000,         # README's estimate of a mean RL response (model and tool tokens)
-    "max_response_tokens": 16384,    # the budget (data.max_response_length): the slowest trajectory's length
-    "gflop_per_token": 8.0,          # README: Qwen3-4B forward, ~2 x 4B parameters
-    "die_tflops": 400.0,             # README: bf16 peak per die
-    "mfu": 0.25,                     # README: RL update with offload
+    "dies": 16,
+    "rollout_dies": 8,
+    "rollout_tp": 4,  # separate_async's split (docs/training.md)
+    "trajectories": 64 * 16,  # train_batch_size x rollout.n (configs/rl.yaml)
+    "prompt_tokens": 600,  # estimate: a DAPO-Math question with the system prompt and tool schema
+    "response_tokens": 4000,  # README's estimate of a mean RL response (model and tool tokens)
+    "max_response_tokens": 16384,  # the budget (data.max_response_length): the slowest trajectory's length
+    "gflop_per_token": 8.0,  # README: Qwen3-4B forward, ~2 x 4B parameters
+    "die_tflops": 400.0,  # README: bf16 peak per die
+    "mfu": 0.25,  # README: RL update with offload
     "decode_tokens_per_s_per_die": 2000.0,  # README: decoded tokens per second per die at full batch
-    "single_stream_tokens_per_s": 50.0,     # estimate: one sequence alone on a TP-4 replica (~20 ms per token)
-    "weight_sync_s": 5.0,            # estimate: 8 GB of bf16 weights, in-node (IPC when colocated, HCCL apart)
+    "single_stream_tokens_per_s": 50.0,  # estimate: one sequence alone on a TP-4 replica (~20 ms per token)
+    "weight_sync_s": 5.0,  # estimate: 8 GB of bf16 weights, in-node (IPC when colocated, HCCL apart)
     "max_off_policy_threshold": 10,  # configs/trainer_mode/rl/*_async.yaml
 }
 SOURCES = {
-    "dies": "one Atlas A3 node", "rollout_dies": "ROLLOUT_DEVICES' default, half", "rollout_tp": "configs/rl.yaml",
-    "trajectories": "configs/rl.yaml", "prompt_tokens": "estimate", "response_tokens": "README estimate",
+    "dies": "one Atlas A3 node",
+    "rollout_dies": "ROLLOUT_DEVICES' default, half",
+    "rollout_tp": "configs/rl.yaml",
+    "trajectories": "configs/rl.yaml",
+    "prompt_tokens": "estimate",
+    "response_tokens": "README estimate",
     "max_response_tokens": "configs/rl.yaml",
-    "gflop_per_token": "README", "die_tflops": "README", "mfu": "README", "decode_tokens_per_s_per_die": "README",
-    "single_stream_tokens_per_s": "estimate", "weight_sync_s": "estimate",
+    "gflop_per_token": "README",
+    "die_tflops": "README",
+    "mfu": "README",
+    "decode_tokens_per_s_per_die": "README",
+    "single_stream_tokens_per_s": "estimate",
+    "weight_sync_s": "estimate",
     "max_off_policy_threshold": "configs/trainer_mode/rl",
 }
 
@@ -91,8 +101,11 @@ def paper_model(ref: dict[str, Any] = REFERENCE) -> dict[str, dict[str, float]]:
     modes = {
         "sync": {"generation_s": max(generate(dies), tail), "update_s": forwards(4, dies), "weight_sync_s": sync_s},
         "colocate_async": {"generation_s": generate(dies), "update_s": forwards(3, dies), "weight_sync_s": sync_s},
-        "separate_async": {"generation_s": generate(rollout), "update_s": forwards(3, dies - rollout),
-                           "weight_sync_s": sync_s},
+        "separate_async": {
+            "generation_s": generate(rollout),
+            "update_s": forwards(3, dies - rollout),
+            "weight_sync_s": sync_s,
+        },
     }
     for name, parts in modes.items():
         if name == "separate_async":
@@ -116,8 +129,10 @@ def paper_model(ref: dict[str, Any] = REFERENCE) -> dict[str, dict[str, float]]:
 
 def splits(ref: dict[str, Any] = REFERENCE) -> dict[int, float]:
     """separate_async's predicted step time for every split whose rollout share holds whole TP replicas."""
-    return {rollout: paper_model({**ref, "rollout_dies": rollout})["separate_async"]["step_s"]
-            for rollout in range(ref["rollout_tp"], ref["dies"], ref["rollout_tp"])}
+    return {
+        rollout: paper_model({**ref, "rollout_dies": rollout})["separate_async"]["step_s"]
+        for rollout in range(ref["rollout_tp"], ref["dies"], ref["rollout_tp"])
+    }
 
 
 def measure(run_dir: Path) -> dict[str, Any]:
@@ -130,25 +145,34 @@ def measure(run_dir: Path) -> dict[str, Any]:
     if times is None:
         raise RuntimeError(f"{run_dir}: no training step after step {FIRST_STEP - 1} in its TensorBoard events")
     trajectories = config["data"]["train_batch_size"] * config["actor_rollout_ref"]["rollout"]["n"]
-    return {"mode": mode_of(config), "times": times, "off_policy": off_policy(scalars),
-            "trajectories_per_step": trajectories, "trajectories_per_hour": trajectories * 3600 / times["step_s"],
-            "steps": config["trainer"]["total_training_steps"]}
+    return {
+        "mode": mode_of(config),
+        "times": times,
+        "off_policy": off_policy(scalars),
+        "trajectories_per_step": trajectories,
+        "trajectories_per_hour": trajectories * 3600 / times["step_s"],
+        "steps": config["trainer"]["total_training_steps"],
+    }
 
 
 def render(results: dict[str, dict[str, Any]], source: str, measured: dict[str, Any]) -> str:
     host = measured.get("host") or {}
     sync = results.get("sync")
     lines = [
-        "## Trainer modes side by side (`make bench-async`)", "",
+        "## Trainer modes side by side (`make bench-async`)",
+        "",
         f"Measured {measured.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, "
         f"compute dtype {host.get('dtype', '?')}, commit {measured.get('commit') or '?'}; {source}. Each mode ran the "
         f"smoke's RL stage: {next(iter(results.values()))['steps']} GRPO steps of "
         f"{next(iter(results.values()))['trajectories_per_step']} trajectories (8 prompts x n=4), no validation. "
         f"Means over steps {FIRST_STEP} and later (step 1 fills the async pipelines). Generation: the trainer waits "
         "while the rollout generates on the same cores (sync, colocate_async); in separate_async the rollout "
-        "generates beside the update the whole step, and the trainer's wait is idle time.", "",
+        "generates beside the update the whole step, and the trainer's wait is idle time.",
+        "",
         "| mode | s/step | trajectories/h | vs sync | generation (s) | waiting (s) | update (s) | weight sync (s) | "
-        "rest (s) | staleness mean / max | spans mean / max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        "rest (s) | staleness mean / max | spans mean / max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         t, stale = r["times"], r["off_policy"] or {}
         ratio = f"{sync['times']['step_s'] / t['step_s']:.2f}x" if sync else "—"
@@ -159,10 +183,15 @@ def render(results: dict[str, dict[str, Any]], source: str, measured: dict[str, 
             f"| {name} | {t['step_s']:.1f} | {r['trajectories_per_hour']:.0f} | {ratio} | {generation} | {waiting} | "
             f"{t['update_s']:.1f} | {t['weight_sync_s']:.2f} | {t['other_s']:.1f} | "
             f"{stale.get('staleness_mean', 0):.2f} / {stale.get('staleness_max', 0):g} | "
-            f"{stale.get('spans_mean', 1):.2f} / {stale.get('spans_max', 1):g} |")
-    lines += ["", "Two shared cores run the trainer, vLLM, the agent loop, the sandbox and Ray: a mode that overlaps "
-              "generation with the update gains only what the cores leave idle, so the ratios here say little about "
-              "devices that really are separate. The model below is for those.", ""]
+            f"{stale.get('spans_mean', 1):.2f} / {stale.get('spans_max', 1):g} |"
+        )
+    lines += [
+        "",
+        "Two shared cores run the trainer, vLLM, the agent loop, the sandbox and Ray: a mode that overlaps "
+        "generation with the update gains only what the cores leave idle, so the ratios here say little about "
+        "devices that really are separate. The model below is for those.",
+        "",
+    ]
     lines += render_model(paper_model())
     return "\n".join(lines)
 
@@ -171,26 +200,36 @@ def render_model(model: dict[str, dict[str, float]]) -> list[str]:
     ref = REFERENCE
     tail = model.pop("tail_s")["value"]
     lines = [
-        "### Paper model: the reference run on 16 dies", "",
+        "### Paper model: the reference run on 16 dies",
+        "",
         f"Not measured: the reference's shapes ({ref['trajectories']} trajectories per step, "
         f"{ref['prompt_tokens']} + {ref['response_tokens']} tokens each, the slowest {ref['max_response_tokens']}) "
         "and per-die rates (inputs and their sources below), through the rules of `paper_model` in "
         "bench/async_modes.py. separate_async splits 8 dies for the trainer and 8 for the rollout (2 replicas of "
-        "TP 4).", "",
+        "TP 4).",
+        "",
         "| mode | generation (s) | update (s) | weight sync (s) | step (s) | vs sync | versions spanned: mean / "
-        "longest |", "|---|---|---|---|---|---|---|"]
+        "longest |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, p in model.items():
         overlap = " (beside the update)" if name == "separate_async" else ""
         fits = "" if p["tail_fits"] else f" (above {ref['max_off_policy_threshold']}: the trainer waits for it)"
-        lines.append(f"| {name} | {p['generation_s']:.0f}{overlap} | {p['update_s']:.0f} | {p['weight_sync_s']:.0f} "
-                     f"| {p['step_s']:.0f} ({p['step_s'] / 60:.1f} min) | {p['speedup']:.2f}x | "
-                     f"{p['span_mean']:.1f} / {p['span_max']:.1f}{fits} |")
+        lines.append(
+            f"| {name} | {p['generation_s']:.0f}{overlap} | {p['update_s']:.0f} | {p['weight_sync_s']:.0f} "
+            f"| {p['step_s']:.0f} ({p['step_s'] / 60:.1f} min) | {p['speedup']:.2f}x | "
+            f"{p['span_mean']:.1f} / {p['span_max']:.1f}{fits} |"
+        )
     other = ", ".join(f"{r} rollout dies {s:.0f} s" for r, s in splits().items())
-    lines += ["", f"The slowest trajectory takes {tail:.0f} s alone; sync waits for it every step. separate_async's "
-              f"trainer idles {model['separate_async']['idle_trainer_share']:.0%} of its step (the rollout is the "
-              f"slower side); its other splits: {other}.", "",
-              "Inputs: " + "; ".join(f"{key} {value:g} ({SOURCES[key]})"
-                                     for key, value in ref.items()) + ".", ""]
+    lines += [
+        "",
+        f"The slowest trajectory takes {tail:.0f} s alone; sync waits for it every step. separate_async's "
+        f"trainer idles {model['separate_async']['idle_trainer_share']:.0%} of its step (the rollout is the "
+        f"slower side); its other splits: {other}.",
+        "",
+        "Inputs: " + "; ".join(f"{key} {value:g} ({SOURCES[key]})" for key, value in ref.items()) + ".",
+        "",
+    ]
     return lines
 
 
@@ -216,8 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         measured = {**learning_run.measured_now(), "smoke_run": os.path.relpath(smoke, REPO_ROOT)}
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
-        overrides = ["+smoke=rl", f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=false",
-                     "trainer.test_freq=-1", "trainer.experiment_name=async-modes"]
+        overrides = [
+            "+smoke=rl",
+            f"trainer.total_training_steps={args.steps}",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.experiment_name=async-modes",
+        ]
         for mode in MODES:
             print(f"[bench] {mode}: into {out / mode}", flush=True)
             learning_run.launch(smoke / "sft_merged", assets, (out / mode).resolve(), overrides, trainer_mode=mode)

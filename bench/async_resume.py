@@ -90,44 +90,65 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
         "every step's dump exists": (not missing, f"missing: {missing}" if missing else "steps 1-6"),
         "resumed from the checkpoint of step 2": (
             f"global_step_{CHECKPOINT}" in log and "Resuming from" in log,
-            f"'Resuming from ... global_step_{CHECKPOINT}' {'in' if 'Resuming from' in log else 'not in'} the log"),
+            f"'Resuming from ... global_step_{CHECKPOINT}' {'in' if 'Resuming from' in log else 'not in'} the log",
+        ),
         "no restart from step 0: dumps 1-2 untouched, 3-6 rewritten": (
             all(dumps[s].stat().st_mtime < resumed_at for s in range(1, CHECKPOINT + 1))
-            and all(dumps[s].stat().st_mtime > resumed_at for s in range(CHECKPOINT + 1, STEPS + 1)) and not missing,
-            "dump times against the resume's start"),
+            and all(dumps[s].stat().st_mtime > resumed_at for s in range(CHECKPOINT + 1, STEPS + 1))
+            and not missing,
+            "dump times against the resume's start",
+        ),
         "no step counted twice: each step once in TensorBoard, labelled by its number": (
             points == Counter(range(1, STEPS + 1)) and all(labels.get(s) == s for s in range(1, STEPS + 1)),
             f"critic/rewards/mean points per step {dict(sorted(points.items()))}; training/global_step "
-            f"{ {s: labels.get(s) for s in range(1, STEPS + 1)} }"),
+            f"{ {s: labels.get(s) for s in range(1, STEPS + 1)} }",
+        ),
         "no prompt trained twice": (
             not before & after and all(len(c) == prompts_per_step for c in per_step.values()),
             f"{len(before & after)} prompts in both halves; prompts per step "
-            f"{ {s: len(c) for s, c in per_step.items()} }"),
+            f"{ {s: len(c) for s, c in per_step.items()} }",
+        ),
         "in-flight prompts trained after the resume": (
             bool(in_flight) and in_flight <= after,
             f"{count} prompts handed out by step {CHECKPOINT}, {len(before)} trained by then, {len(in_flight)} in "
             f"flight, of which {len(in_flight & after)} trained after the resume; verl restored "
-            f"{restored[-1] if restored else 'no'} prompt groups"),
+            f"{restored[-1] if restored else 'no'} prompt groups",
+        ),
     }
-    return {"checks": {name: {"passed": bool(ok), "seen": seen} for name, (ok, seen) in checks.items()},
-            "in_flight": len(in_flight), "restored_groups": int(restored[-1]) if restored else None}
+    return {
+        "checks": {name: {"passed": bool(ok), "seen": seen} for name, (ok, seen) in checks.items()},
+        "in_flight": len(in_flight),
+        "restored_groups": int(restored[-1]) if restored else None,
+    }
 
 
 def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout_s: float = 1800) -> dict[str, Any]:
     """Launch, SIGKILL after step 3, resume; returns the check results and timings."""
     processes = _helper("processes")
     ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
-    args = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
-            "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.experiment_name=resume-{mode}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_dir}"]
+    args = [
+        "+smoke=rl",
+        f"trainer.total_training_steps={STEPS}",
+        f"trainer.save_freq={SAVE_EVERY}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        f"trainer.experiment_name=resume-{mode}",
+        f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
+    ]
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "launches.log"
     started = time.monotonic()
 
     def start(env: dict[str, str]) -> subprocess.Popen:
         with open(log, "a") as out:
-            return subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args], cwd=REPO_ROOT, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                [str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def wait(condition, proc: subprocess.Popen, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -162,19 +183,27 @@ def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout
 
 def render(results: dict[str, dict[str, Any]], source: str, measured: dict[str, Any]) -> str:
     host = measured.get("host") or {}
-    lines = ["## Resume in the async trainer modes (`make bench-async`)", "",
-             f"Measured {measured.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} "
-             f"cores, compute dtype {host.get('dtype', '?')}, commit {measured.get('commit') or '?'}; {source}. Each "
-             f"mode: the smoke's RL stage, {STEPS} steps, a checkpoint every {SAVE_EVERY}; SIGKILL of the whole launch "
-             f"after step {KILL_AFTER}, then the same launch with the same RUN_DIR. The checks (bench/async_resume.py) "
-             "stand for verl's reported bugs: a step counted twice (#7933), a silent restart from step 0 (#7952), "
-             "in-flight samples lost (#4199).", "",
-             "| mode | check | result | what was seen |", "|---|---|---|---|"]
+    lines = [
+        "## Resume in the async trainer modes (`make bench-async`)",
+        "",
+        f"Measured {measured.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} "
+        f"cores, compute dtype {host.get('dtype', '?')}, commit {measured.get('commit') or '?'}; {source}. Each "
+        f"mode: the smoke's RL stage, {STEPS} steps, a checkpoint every {SAVE_EVERY}; SIGKILL of the whole launch "
+        f"after step {KILL_AFTER}, then the same launch with the same RUN_DIR. The checks (bench/async_resume.py) "
+        "stand for verl's reported bugs: a step counted twice (#7933), a silent restart from step 0 (#7952), "
+        "in-flight samples lost (#4199).",
+        "",
+        "| mode | check | result | what was seen |",
+        "|---|---|---|---|",
+    ]
     for mode, result in results.items():
         for name, c in result["checks"].items():
             lines.append(f"| {mode} | {name} | {'pass' if c['passed'] else '**FAIL**'} | {c['seen']} |")
-    lines += ["", "Wall time, both launches: " + ", ".join(f"{m} {r['wall_s']:.0f} s" for m, r in results.items())
-              + ".", ""]
+    lines += [
+        "",
+        "Wall time, both launches: " + ", ".join(f"{m} {r['wall_s']:.0f} s" for m, r in results.items()) + ".",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -51,16 +51,24 @@ def main(argv: list[str] | None = None) -> int:
     seconds = {dtype: time_step(dtype, args.tokens, args.repeats) for dtype in ("float32", "bfloat16")}
     faster = min(seconds, key=seconds.get)
     limits = ", ".join(f"{k}={v}" for k, v in host["isa_limits"].items())
-    section = "\n".join([
-        f"### bf16 vs fp32: {args.label}", "",
-        f"Measured {datetime.date.today().isoformat()} by `bench/cpu_dtype.py` on {host['cpu_model']}, "
-        f"{host['cores']} cores{f' with {limits}' if limits else ''}; flags {', '.join(host['flags']) or 'none'}. "
-        f"Vocabulary projection of the tiny model ({args.tokens} tokens x {HIDDEN} -> {VOCAB:,}), forward and "
-        f"backward, median of {args.repeats}.", "",
-        "| dtype | seconds |", "|---|---|",
-        *(f"| {dtype} | {value:.3f} |" for dtype, value in seconds.items()), "",
-        f"bf16 / fp32 = {seconds['bfloat16'] / seconds['float32']:.2f}; faster here: {faster}. "
-        f"The rule picks {host['dtype']} ({host['dtype_reason']}).", ""])
+    section = "\n".join(
+        [
+            f"### bf16 vs fp32: {args.label}",
+            "",
+            f"Measured {datetime.date.today().isoformat()} by `bench/cpu_dtype.py` on {host['cpu_model']}, "
+            f"{host['cores']} cores{f' with {limits}' if limits else ''}; flags {', '.join(host['flags']) or 'none'}. "
+            f"Vocabulary projection of the tiny model ({args.tokens} tokens x {HIDDEN} -> {VOCAB:,}), forward and "
+            f"backward, median of {args.repeats}.",
+            "",
+            "| dtype | seconds |",
+            "|---|---|",
+            *(f"| {dtype} | {value:.3f} |" for dtype, value in seconds.items()),
+            "",
+            f"bf16 / fp32 = {seconds['bfloat16'] / seconds['float32']:.2f}; faster here: {faster}. "
+            f"The rule picks {host['dtype']} ({host['dtype_reason']}).",
+            "",
+        ]
+    )
     replace_section(args.output, f"cpu-dtype-{slug(args.label)}", section)
     print(section)
     return 0

@@ -77,8 +77,16 @@ def parallel_efficiency(rows: int, per_row_s: float, two_workers: dict[str, floa
     return 1.0 if work <= 0 else min(1.0, rows * per_row_s / 2 / work)
 
 
-def predicted_seconds(rows: int, per_row_s: float, workers: int, *, fixed_s: float, per_worker_s: float,
-                      efficiency: float, slowdown: float = 1.0) -> float:
+def predicted_seconds(
+    rows: int,
+    per_row_s: float,
+    workers: int,
+    *,
+    fixed_s: float,
+    per_worker_s: float,
+    efficiency: float,
+    slowdown: float = 1.0,
+) -> float:
     """t(N) on a host whose cores are `slowdown` times slower than this one's; datasets starts at most one worker
     per row."""
     if workers < 1:
@@ -104,8 +112,12 @@ def fastest_workers(rows: int, per_row_s: float, *, max_workers: int, **model: f
 def aime_problems() -> list[str]:
     from retool.datasets import dataset_path
 
-    return [json.loads(line)["problem"] for name in ("aime2024", "aime2025")
-            for line in dataset_path(name).read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)["problem"]
+        for name in ("aime2024", "aime2025")
+        for line in dataset_path(name).read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def write_raw_dapo(path: Path, problems: int, repeats: int, overlong: int, overlong_chars: int, seed: int) -> dict:
@@ -130,10 +142,13 @@ def write_raw_dapo(path: Path, problems: int, repeats: int, overlong: int, overl
     def rows():
         for number in range(problems):
             chars = overlong_chars if number >= problems - overlong else max(20, round(rng.lognormvariate(mu, sigma)))
-            row = {"data_source": "math_dapo",
-                   "prompt": [{"content": DAPO_PREFIX + problem(chars) + DAPO_SUFFIX, "role": "user"}],
-                   "ability": "MATH", "reward_model": {"ground_truth": str(number), "style": "rule-lighteval/MATH_v2"},
-                   "extra_info": {"index": str(uuid.UUID(int=rng.getrandbits(128)))}}
+            row = {
+                "data_source": "math_dapo",
+                "prompt": [{"content": DAPO_PREFIX + problem(chars) + DAPO_SUFFIX, "role": "user"}],
+                "ability": "MATH",
+                "reward_model": {"ground_truth": str(number), "style": "rule-lighteval/MATH_v2"},
+                "extra_info": {"index": str(uuid.UUID(int=rng.getrandbits(128)))},
+            }
             for _ in range(repeats):
                 yield row
 
@@ -174,10 +189,22 @@ def reference_data_config() -> dict:
     """The `data` section of the NPU launcher's resolved reference config (DRY_RUN=1)."""
     import yaml
 
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PROFILE": "reference", "MODEL_PATH": "/unused",
-           "DATA_DIR": "/unused"}
-    proc = subprocess.run([str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "PYTHON": sys.executable,
+        "PROFILE": "reference",
+        "MODEL_PATH": "/unused",
+        "DATA_DIR": "/unused",
+    }
+    proc = subprocess.run(
+        [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"error: resolving the reference config failed:\n{proc.stderr[-3000:]}")
     return yaml.safe_load(proc.stdout)["data"]
@@ -186,8 +213,9 @@ def reference_data_config() -> dict:
 # ---------------------------------------------------------------- one measurement (a fresh process)
 
 
-def measure_here(config_file: Path, data_file: Path, tokenizer_dir: Path, workers: int | None,
-                 dataset_class: str) -> dict[str, Any]:
+def measure_here(
+    config_file: Path, data_file: Path, tokenizer_dir: Path, workers: int | None, dataset_class: str
+) -> dict[str, Any]:
     """Build the dataset over `data_file` as the trainer does ("verl": verl's RLHFDataset; "configured": the class
     the config names, with its worker count unless `workers` is given) and time the filter and its parts."""
     import datasets.arrow_dataset
@@ -208,6 +236,7 @@ def measure_here(config_file: Path, data_file: Path, tokenizer_dir: Path, worker
             if inside[0]:
                 clock[key].append((time.perf_counter() - started, size(result) if size else 0))
             return result
+
         return wrapper
 
     for module in (datasets.fingerprint, datasets.arrow_dataset):
@@ -221,8 +250,9 @@ def measure_here(config_file: Path, data_file: Path, tokenizer_dir: Path, worker
     if base.__module__ == "retool.rl_dataset":
         import retool.rl_dataset
 
-        retool.rl_dataset.prompt_groups = timed(retool.rl_dataset.prompt_groups, "group",
-                                                lambda groups: 0 if groups is None else len(groups[1]))
+        retool.rl_dataset.prompt_groups = timed(
+            retool.rl_dataset.prompt_groups, "group", lambda groups: 0 if groups is None else len(groups[1])
+        )
 
     class Timed(base):  # the dataset's code unchanged; only a clock around its filter
         def maybe_filter_out_long_prompts(self, dataframe=None):
@@ -235,14 +265,22 @@ def measure_here(config_file: Path, data_file: Path, tokenizer_dir: Path, worker
     started = time.perf_counter()
     dataset = Timed(data_files=str(data_file), tokenizer=tokenizer, config=config)
     jobs = [seconds for seconds, size in clock["pickle"] if size >= JOB_BYTES]
-    return {"class": base.__name__, "workers": dataset.num_workers,
-            "rows_in": pq.ParquetFile(data_file).metadata.num_rows, "rows_kept": len(dataset),
-            "load_s": dataset.filter_started - started, "filter_s": dataset.filter_ended - dataset.filter_started,
-            "hash_s": sum(s for s, _ in clock["hash"]), "pickle_s": sum(jobs), "jobs": len(jobs),
-            "job_mb": max((size for _, size in clock["pickle"]), default=0) / 2**20,
-            "group_s": sum(s for s, _ in clock["group"]), "distinct": sum(n for _, n in clock["group"]),
-            "peak_rss_mb": peak_rss_mb(),
-            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    return {
+        "class": base.__name__,
+        "workers": dataset.num_workers,
+        "rows_in": pq.ParquetFile(data_file).metadata.num_rows,
+        "rows_kept": len(dataset),
+        "load_s": dataset.filter_started - started,
+        "filter_s": dataset.filter_ended - dataset.filter_started,
+        "hash_s": sum(s for s, _ in clock["hash"]),
+        "pickle_s": sum(jobs),
+        "jobs": len(jobs),
+        "job_mb": max((size for _, size in clock["pickle"]), default=0) / 2**20,
+        "group_s": sum(s for s, _ in clock["group"]),
+        "distinct": sum(n for _, n in clock["group"]),
+        "peak_rss_mb": peak_rss_mb(),
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
 
 
 def peak_rss_mb() -> float:
@@ -254,8 +292,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(work: Path, data_file: Path, cache: Path, *, workers: int | None = None, dataset_class: str = "verl",
-            fresh: bool = True) -> dict[str, Any]:
+def measure(
+    work: Path,
+    data_file: Path,
+    cache: Path,
+    *,
+    workers: int | None = None,
+    dataset_class: str = "verl",
+    fresh: bool = True,
+) -> dict[str, Any]:
     """measure_here in a new process with its own datasets cache (emptied first when `fresh`); adds how many sets of
     filter results the cache then holds (a relaunch that reused the first launch's adds none)."""
     if fresh:
@@ -264,8 +309,11 @@ def measure(work: Path, data_file: Path, cache: Path, *, workers: int | None = N
     cmd = [sys.executable, __file__, "--measure", dataset_class, "--data", str(data_file), "--work-dir", str(work)]
     if workers is not None:
         cmd += ["--workers", str(workers)]
-    print(f"[bench] {data_file.name}: {dataset_class} dataset, workers {workers or 'as configured'}, "
-          f"{'empty' if fresh else 'warm'} cache", flush=True)
+    print(
+        f"[bench] {data_file.name}: {dataset_class} dataset, workers {workers or 'as configured'}, "
+        f"{'empty' if fresh else 'warm'} cache",
+        flush=True,
+    )
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"error: the measurement failed:\n{proc.stderr[-4000:]}")
@@ -284,22 +332,31 @@ def derive(facts: dict[str, Any]) -> dict[str, Any]:
     rows, distinct, slowdown = one["rows_in"], launch["distinct"], facts["core_slowdown"]
     per_row = per_row_seconds(rows, one)
     job_runs = [run for run in (one, two, launch) if run["jobs"]]
-    model = {"fixed_s": statistics.mean(run["hash_s"] for run in (one, two, launch)),
-             "per_worker_s": sum(run["pickle_s"] for run in job_runs) / sum(run["jobs"] for run in job_runs),
-             "efficiency": parallel_efficiency(rows, per_row, two)}
+    model = {
+        "fixed_s": statistics.mean(run["hash_s"] for run in (one, two, launch)),
+        "per_worker_s": sum(run["pickle_s"] for run in job_runs) / sum(run["jobs"] for run in job_runs),
+        "efficiency": parallel_efficiency(rows, per_row, two),
+    }
     limit, configured = TARGET_CORES // 2, facts["configured_workers"]
     fastest = fastest_workers(rows, per_row, max_workers=limit, **model)
     target = {**model, "slowdown": slowdown}
     return {
-        **model, "per_row_ms": per_row * 1e3, "configured": configured, "fastest": fastest,
+        **model,
+        "per_row_ms": per_row * 1e3,
+        "configured": configured,
+        "fastest": fastest,
         "launch_here_model_s": launch["group_s"] + predicted_seconds(distinct, per_row, launch["workers"], **model),
         "verl_one_s": predicted_seconds(rows, per_row, 1, **target),
         "verl_fastest_s": predicted_seconds(rows, per_row, fastest, **target),
         "distinct": distinct,
         "configured_s": slowdown * launch["group_s"] + predicted_seconds(distinct, per_row, configured, **target),
         "configured_val_s": predicted_seconds(VAL_ROWS, per_row, configured, **target),
-        "recommended": min(candidate_counts(limit), key=lambda n: predicted_seconds(distinct, per_row, n, **model)
-                           + predicted_seconds(VAL_ROWS, per_row, n, **model)),
+        "recommended": min(
+            candidate_counts(limit),
+            key=lambda n: (
+                predicted_seconds(distinct, per_row, n, **model) + predicted_seconds(VAL_ROWS, per_row, n, **model)
+            ),
+        ),
     }
 
 
@@ -310,7 +367,8 @@ def render(facts: dict[str, Any]) -> str:
     total = d["configured_s"] + d["configured_val_s"]
     met = "met" if total <= facts["budget_s"] else "NOT met"
     lines = [
-        "## Overlong-prompt filter at start-up (`make bench-filter`)", "",
+        "## Overlong-prompt filter at start-up (`make bench-filter`)",
+        "",
         f"Measured {facts['date']} by `bench/overlong_filter.py` on {facts['host']}; load average "
         f"{facts['load_before']} before and {facts['load_after']} after (other work may have been running). "
         f"{one['rows_in']:,} rows ({facts['problems']:,} problems x {facts['repeats']}) in DAPO-Math-17k's layout, "
@@ -320,15 +378,18 @@ def render(facts: dict[str, Any]) -> str:
         f"first launch. Assumed: problem lengths follow a log-normal fitted to the {length['samples']} shipped AIME "
         f"problems (median {length['median_chars']:.0f} characters, sigma {length['sigma']:.2f}; the real set's "
         f"lengths were not available here), plus {facts['overlong']} problems of {facts['overlong_chars']:,} "
-        f"characters that every run must drop.", "",
+        f"characters that every run must drop.",
+        "",
         "| dataset class | workers | load (s) | filter (s) | of which hashing / job pickling / grouping (s) "
         "| rows kept | peak RSS of a worker (MB) |",
         "|---|---|---|---|---|---|---|",
     ]
     for run in (runs["verl-1"], runs["verl-2"], runs["configured"]):
-        lines.append(f"| {run['class']} | {run['workers']} | {run['load_s']:.1f} | {run['filter_s']:.1f} | "
-                     f"{run['hash_s']:.1f} / {run['pickle_s']:.1f} / {run['group_s']:.1f} | {run['rows_kept']:,} | "
-                     f"{run['worker_peak_rss_mb']:.0f} |")
+        lines.append(
+            f"| {run['class']} | {run['workers']} | {run['load_s']:.1f} | {run['filter_s']:.1f} | "
+            f"{run['hash_s']:.1f} / {run['pickle_s']:.1f} / {run['group_s']:.1f} | {run['rows_kept']:,} | "
+            f"{run['worker_peak_rss_mb']:.0f} |"
+        )
     relaunch = runs["relaunch"]
     lines += [
         "",
@@ -338,11 +399,13 @@ def render(facts: dict[str, Any]) -> str:
         f"datasets cache filtered again "
         f"({relaunch['filter_s']:.1f} s for {relaunch['rows_in']} rows; the cache then held "
         f"{relaunch['filter_cache_sets']} sets of filter results): the filter's fingerprint differs from one process "
-        f"to the next, so a resume never reuses a launch's filter results.", "",
+        f"to the next, so a resume never reuses a launch's filter results.",
+        "",
         f"The model t(N) = F + N p + R c / (N e) (the bench's source) with F = {d['fixed_s']:.1f} s of hashing, "
         f"p = {d['per_worker_s']:.1f} s per worker, c = {d['per_row_ms']:.3f} ms per row and e = "
         f"{d['efficiency']:.2f} predicts {d['launch_here_model_s']:.0f} s for the configured class here "
-        f"(measured {runs['configured']['filter_s']:.0f} s).", "",
+        f"(measured {runs['configured']['filter_s']:.0f} s).",
+        "",
         f"Paper figure, a {TARGET_CORES}-core Kunpeng (aarch64) host, each core assumed {facts['core_slowdown']:g} x "
         f"slower than this one's for this work (Python, Jinja, the tokenizers' Rust): verl's filter over every row "
         f"takes **{d['verl_one_s'] / 60:.0f} min** with 1 worker (verl's default), and "
@@ -380,23 +443,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overlong", type=int, default=3, help="problems made longer than max_prompt_length")
     parser.add_argument("--overlong-chars", type=int, default=12_000)
     parser.add_argument("--relaunch-rows", type=int, default=64, help="rows of the file of the relaunch check")
-    parser.add_argument("--core-slowdown", type=float, default=2.0,
-                        help="assumed per-core slowdown of the target host against this one (default %(default)s)")
+    parser.add_argument(
+        "--core-slowdown",
+        type=float,
+        default=2.0,
+        help="assumed per-core slowdown of the target host against this one (default %(default)s)",
+    )
     parser.add_argument("--budget", type=float, default=120.0, help="seconds the filter may take at a launch")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/retool-bench-filter"),
-                        help="scratch folder: generated data, tokenizer, datasets caches (kept for reruns)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path("/tmp/retool-bench-filter"),
+        help="scratch folder: generated data, tokenizer, datasets caches (kept for reruns)",
+    )
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "performance.md")
-    parser.add_argument("--from-facts", type=Path, default=None,
-                        help="write the section from a finished run's facts.json (in --work-dir) without measuring")
+    parser.add_argument(
+        "--from-facts",
+        type=Path,
+        default=None,
+        help="write the section from a finished run's facts.json (in --work-dir) without measuring",
+    )
     parser.add_argument("--measure", choices=("verl", "configured"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     work = args.work_dir
     if args.measure is not None:  # internal: one measurement, printed as JSON
-        print(json.dumps(measure_here(work / "data_config.json", args.data, work / "tokenizer", args.workers,
-                                      args.measure)))
+        print(
+            json.dumps(
+                measure_here(work / "data_config.json", args.data, work / "tokenizer", args.workers, args.measure)
+            )
+        )
         return 0
 
     if args.from_facts is not None:
@@ -424,11 +502,19 @@ def main(argv: list[str] | None = None) -> int:
     runs["configured"] = measure(work, data, cache, dataset_class="configured")
     shutil.rmtree(cache, ignore_errors=True)
     facts = {
-        "date": datetime.date.today().isoformat(), "host": host_line(), "load_before": load_before,
-        "load_after": load_average(), "problems": args.problems, "repeats": args.repeats,
-        "overlong": args.overlong, "overlong_chars": args.overlong_chars, "length": length, "runs": runs,
+        "date": datetime.date.today().isoformat(),
+        "host": host_line(),
+        "load_before": load_before,
+        "load_after": load_average(),
+        "problems": args.problems,
+        "repeats": args.repeats,
+        "overlong": args.overlong,
+        "overlong_chars": args.overlong_chars,
+        "length": length,
+        "runs": runs,
         "configured_workers": int(config["filter_overlong_prompts_workers"]),
-        "core_slowdown": args.core_slowdown, "budget_s": args.budget,
+        "core_slowdown": args.core_slowdown,
+        "budget_s": args.budget,
     }
     (work / "facts.json").write_text(json.dumps(facts, indent=1))
     section = render(facts)
@@ -437,8 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     expected = runs["verl-1"]["rows_in"] - args.overlong * args.repeats
     kept = {name: run["rows_kept"] for name, run in runs.items() if name != "relaunch"}
     if set(kept.values()) != {expected}:
-        print(f"error: the runs kept {kept} rows; expected {expected:,} (every row but the overlong problems')",
-              file=sys.stderr)
+        print(
+            f"error: the runs kept {kept} rows; expected {expected:,} (every row but the overlong problems')",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

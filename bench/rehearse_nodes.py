@@ -28,17 +28,25 @@ from retool.platform.cpu_dtype import host_report
 from retool.smoke.learning_run import checkout_commit
 
 SECTION = "rehearse-nodes"
-TESTS = ["tests/integration/test_node_check_cluster.py", "tests/integration/test_multinode_sft.py",
-         "tests/integration/test_multinode_rl.py"]
+TESTS = [
+    "tests/integration/test_node_check_cluster.py",
+    "tests/integration/test_multinode_sft.py",
+    "tests/integration/test_multinode_rl.py",
+]
 
 
 def section(cases: list[dict], records: list[dict], wall_s: float) -> str:
     host = host_report()
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    lines = [f"Measured {when} on {host['cpu_model']}, {host['cores']} cores, commit {checkout_commit()}: "
-             f"`make rehearse-nodes`, {wall_s / 60:.1f} min. Two Ray nodes on this host (127.0.0.1 and 127.0.0.2), "
-             "one bookkeeping device and one sandbox each; the smoke's tiny model and tool task, sessions per "
-             "trajectory.", "", "| test | outcome | s |", "|---|---|---|"]
+    lines = [
+        f"Measured {when} on {host['cpu_model']}, {host['cores']} cores, commit {checkout_commit()}: "
+        f"`make rehearse-nodes`, {wall_s / 60:.1f} min. Two Ray nodes on this host (127.0.0.1 and 127.0.0.2), "
+        "one bookkeeping device and one sandbox each; the smoke's tiny model and tool task, sessions per "
+        "trajectory.",
+        "",
+        "| test | outcome | s |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{c['name'].rsplit('.', 1)[-1]}` | {c['outcome']} | {c['seconds']:.0f} |" for c in cases]
     for entry in records:
         lines += ["", f"**{entry.pop('part')}**", ""]
@@ -58,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rehearse-") as folder:
         report, records_file = Path(folder) / "report.xml", Path(folder) / "records.jsonl"
         started = datetime.datetime.now().timestamp()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-m", "verl", f"--junitxml={report}", *TESTS],
-                              cwd=REPO_ROOT, env={**os.environ, "RETOOL_REHEARSAL_RECORD": str(records_file)})
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "verl", f"--junitxml={report}", *TESTS],
+            cwd=REPO_ROOT,
+            env={**os.environ, "RETOOL_REHEARSAL_RECORD": str(records_file)},
+        )
         wall_s = datetime.datetime.now().timestamp() - started
         cases, _ = read_cases(report)
         records = [json.loads(line) for line in records_file.read_text().splitlines()] if records_file.is_file() else []

@@ -27,7 +27,8 @@ def render(facts: dict) -> str:
     host = facts["host"]
     steps = sorted({int(step) for counts in facts["per_step"].values() for step in counts})
     lines = [
-        "## Resilience (`tests/e2e/test_resilience.py`)", "",
+        "## Resilience (`tests/e2e/test_resilience.py`)",
+        "",
         f"Measured {facts['date']} on {host['cpu_model']}, {host['cores']} cores (compute dtype {host['dtype']}): the "
         f"smoke's RL stage with the SFT'd tiny model, {facts['steps']} GRPO steps of {facts['trajectories_per_step']} "
         f"trajectories, a checkpoint every {facts['save_every']} steps, the tool in `session_mode: per_trajectory` "
@@ -36,18 +37,25 @@ def render(facts: dict) -> str:
         f"sandbox and TensorBoard folder{first_sandbox(facts)}; that sandbox was down for "
         f"{facts['outage_s']:g} s while the resumed run rolled out step 4, then came back on the same port. The run "
         f"finished, TensorBoard holds every step once, and every step drew the uninterrupted run's prompts "
-        f"({facts['wall_s']:.0f} s in all).", "",
-        "Tool calls per step (the training batch's `train-reward/<key>/mean` x trajectories):", "",
-        "| step | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|",
+        f"({facts['wall_s']:.0f} s in all).",
+        "",
+        "Tool calls per step (the training batch's `train-reward/<key>/mean` x trajectories):",
+        "",
+        "| step | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 1) + "|",
     ]
     for step in steps:
         cells = [f"{facts['per_step'][key].get(str(step), facts['per_step'][key].get(step, 0)):g}" for key in COLUMNS]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     before, after = facts["sessions_before_outage"], facts["sessions_after_restart"]
-    lines += ["", f"Sessions: before the outage the sandbox had started {before['started']} and closed "
-                  f"{before['closed']} (each at its trajectory's end); the restarted sandbox started "
-                  f"{after['started']} and closed {after['closed']}, {after.get('died', 0)} died, and evicted "
-                  f"{sum(v for k, v in after.items() if k.startswith('evicted'))}.", ""]
+    lines += [
+        "",
+        f"Sessions: before the outage the sandbox had started {before['started']} and closed "
+        f"{before['closed']} (each at its trajectory's end); the restarted sandbox started "
+        f"{after['started']} and closed {after['closed']}, {after.get('died', 0)} died, and evicted "
+        f"{sum(v for k, v in after.items() if k.startswith('evicted'))}.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -55,8 +63,10 @@ def first_sandbox(facts: dict) -> str:
     counts = facts.get("first_sandbox_requests")
     if not counts:
         return ""
-    return (f" (the crashed run made {counts['first_launch']} requests to its sandbox; a fresh sandbox on that URL "
-            f"counted {counts['during_resume']} from the resumed run)")
+    return (
+        f" (the crashed run made {counts['first_launch']} requests to its sandbox; a fresh sandbox on that URL "
+        f"counted {counts['during_resume']} from the resumed run)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

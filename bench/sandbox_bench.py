@@ -60,8 +60,9 @@ PREIMPORT_LEVELS = (1, 2)
 def _post(url: str, code: str, memory_mb: int = 1024) -> dict:
     """One /run_code call through the recipe's client, without retries (a 504 would hide an overloaded server): the
     decoded reply, or RuntimeError when there was none."""
-    policy = ClientPolicy(run_timeout=30, memory_limit_mb=memory_mb, queue_timeout_s=120, max_retries=0,
-                          reconnect_budget_s=0)
+    policy = ClientPolicy(
+        run_timeout=30, memory_limit_mb=memory_mb, queue_timeout_s=120, max_retries=0, reconnect_budget_s=0
+    )
     reply = SandboxClient(url, policy).run_sync(code)
     if reply.body is None:
         raise RuntimeError(f"no reply from {url}: {reply.problem}")
@@ -121,8 +122,12 @@ def _burst(url: str, jobs: int = 16) -> dict:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         bodies = list(pool.map(lambda _: _post(url, CPU_JOB), range(jobs)))
     statuses = [b.get("run_result", {}).get("status") for b in bodies]
-    return {"jobs": jobs, "finished": statuses.count("Finished"), "timeouts": statuses.count("TimeLimitExceeded"),
-            "seconds": time.perf_counter() - started}
+    return {
+        "jobs": jobs,
+        "finished": statuses.count("Finished"),
+        "timeouts": statuses.count("TimeLimitExceeded"),
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def _cpu_model() -> str:
@@ -145,8 +150,10 @@ def _cpu_model() -> str:
 
 
 def _machine() -> str:
-    return (f"{_cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{_cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def display_path(path: str) -> str:
@@ -236,8 +243,11 @@ def readings(results: list[dict]) -> list[str]:
     out = []
     ones = [r for r in results if r["concurrency"] == 1]
     if ones:
-        parts = [f"{r['workload']} {r['sandbox']['p50']:.1f} vs {r['bare']['p50']:.1f} ms "
-                 f"({_faster(_ratio(r['bare']['p50'], r['sandbox']['p50']))})" for r in ones]
+        parts = [
+            f"{r['workload']} {r['sandbox']['p50']:.1f} vs {r['bare']['p50']:.1f} ms "
+            f"({_faster(_ratio(r['bare']['p50'], r['sandbox']['p50']))})"
+            for r in ones
+        ]
         out.append("At concurrency 1, p50 latency sandbox vs bare: " + "; ".join(parts) + ".")
     ratios = [(r["sandbox"]["rps"] / r["bare"]["rps"], r["workload"], r["concurrency"]) for r in results]
     low, high = min(ratios), max(ratios)
@@ -295,8 +305,10 @@ def render(results: list[dict], burst: dict, meta: dict) -> str:
     lines += [head + "| p50 overhead ms | throughput vs bare |", rule + "|---|---|"]
     for r in results:
         s, b = r["sandbox"], r["bare"]
-        row = (f"| {r['workload']} | {r['concurrency']} | {s['p50']:.1f} / {s['p99']:.1f} | {s['rps']:.1f} "
-               f"| {b['p50']:.1f} / {b['p99']:.1f} | {b['rps']:.1f} ")
+        row = (
+            f"| {r['workload']} | {r['concurrency']} | {s['p50']:.1f} / {s['p99']:.1f} | {s['rps']:.1f} "
+            f"| {b['p50']:.1f} / {b['p99']:.1f} | {b['rps']:.1f} "
+        )
         if fusion:
             f = r.get("sandboxfusion")
             row += f"| {f['p50']:.1f} / {f['p99']:.1f} | {f['rps']:.1f} " if f else "| - | - "
@@ -381,10 +393,17 @@ def measure_sessions(url: str, count: int, name: str, concurrency: int) -> dict:
         asyncio.run(client.close_session(session))
     time.sleep(2.0)
     return {
-        "cell": name, "sessions": count, "live": live, "opened_s": opened_s,
-        "first_p50": statistics.median(first), "first_p99": first[min(count - 1, int(round(0.99 * (count - 1))))],
-        "later_p50": statistics.median(later), "mem_before": before, "mem_idle": after,
-        "mem_closed": _mem_available_mib(), "pss": pss,
+        "cell": name,
+        "sessions": count,
+        "live": live,
+        "opened_s": opened_s,
+        "first_p50": statistics.median(first),
+        "first_p99": first[min(count - 1, int(round(0.99 * (count - 1))))],
+        "later_p50": statistics.median(later),
+        "mem_before": before,
+        "mem_idle": after,
+        "mem_closed": _mem_available_mib(),
+        "pss": pss,
         "floor_mb": (health.get("sessions") or {}).get("memory_floor_mb") or 0,
         "max_sessions": (health.get("sessions") or {}).get("max"),
     }
@@ -423,8 +442,11 @@ def render_sessions(rows: list[dict], meta: dict) -> str:
             f"| {row['first_p50']:.1f} / {row['first_p99']:.1f} | {row['later_p50']:.1f} | {drop:.1f} "
             f"| {'-' if pss is None else f'{pss:.1f}'} | {'-' if fit is None else fit} |"
         )
-    lines += ["", "The last column divides MemAvailable before the sessions, less the floor, by the larger of the two "
-              "per-session figures: the idle sessions of that kind this host could hold before the floor evicts any."]
+    lines += [
+        "",
+        "The last column divides MemAvailable before the sessions, less the floor, by the larger of the two "
+        "per-session figures: the idle sessions of that kind this host could hold before the floor evicts any.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -437,30 +459,54 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="benchmark this server instead of starting one (base URL)")
     parser.add_argument("--sandboxfusion-url", help="also measure this SandboxFusion server (base URL) in every row")
-    parser.add_argument("--sandboxfusion-memory-mb", type=int, default=-1,
-                        help="memory_limit_MB sent to SandboxFusion (default: %(default)s; its 1024 MB limit "
-                             "breaks numpy)")
+    parser.add_argument(
+        "--sandboxfusion-memory-mb",
+        type=int,
+        default=-1,
+        help="memory_limit_MB sent to SandboxFusion (default: %(default)s; its 1024 MB limit breaks numpy)",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for bare runs and the started server")
     parser.add_argument("--requests", type=int, default=60, help="requests per cell (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up requests per cell (default: %(default)s)")
     parser.add_argument("--concurrency", default="1,2,8,32", help="comma-separated levels (default: %(default)s)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated workloads (default: %(default)s; also: {', '.join(EXTRA_WORKLOADS)})")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads (default: %(default)s; also: {', '.join(EXTRA_WORKLOADS)})",
+    )
     parser.add_argument("--burst-jobs", type=int, default=16, help="CPU-bound jobs sent at once (default: %(default)s)")
-    parser.add_argument("--fresh-sandbox-per-run", action="store_true",
-                        help="start the server in fresh mode (a new sandbox per run) instead of fork mode")
-    parser.add_argument("--preimport", default=None,
-                        help="--preimport of the started server (default: the server's default)")
-    parser.add_argument("--slots", type=int, default=None,
-                        help="--slots of the started server (default: the server's default for this host)")
-    parser.add_argument("--sessions", type=int, default=0,
-                        help="instead of the latency table: open this many stateful sessions per first cell and "
-                             "measure the memory an idle one holds (see SESSION_CELLS)")
-    parser.add_argument("--session-cells", default=",".join(SESSION_CELLS),
-                        help="first cells for --sessions, each NAME or NAME:COUNT (its own number of sessions) "
-                             "(default: %(default)s)")
-    parser.add_argument("--session-concurrency", type=int, default=4,
-                        help="sessions opened at a time with --sessions (default: %(default)s)")
+    parser.add_argument(
+        "--fresh-sandbox-per-run",
+        action="store_true",
+        help="start the server in fresh mode (a new sandbox per run) instead of fork mode",
+    )
+    parser.add_argument(
+        "--preimport", default=None, help="--preimport of the started server (default: the server's default)"
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="--slots of the started server (default: the server's default for this host)",
+    )
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=0,
+        help="instead of the latency table: open this many stateful sessions per first cell and "
+        "measure the memory an idle one holds (see SESSION_CELLS)",
+    )
+    parser.add_argument(
+        "--session-cells",
+        default=",".join(SESSION_CELLS),
+        help="first cells for --sessions, each NAME or NAME:COUNT (its own number of sessions) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--session-concurrency",
+        type=int,
+        default=4,
+        help="sessions opened at a time with --sessions (default: %(default)s)",
+    )
     parser.add_argument("--output", type=Path, help="Markdown file whose Sandbox section (per mode) gets the table")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--from-json", type=Path, help="only re-render a table from an earlier --json file")
@@ -481,9 +527,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {list(workloads)}")
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    server = nullcontext(args.url) if args.url else running_sandbox(
-        python=args.python, queue_timeout=120, max_timeout=60, fresh_sandbox_per_run=args.fresh_sandbox_per_run,
-        preimport=args.preimport, slots=args.slots)
+    server = (
+        nullcontext(args.url)
+        if args.url
+        else running_sandbox(
+            python=args.python,
+            queue_timeout=120,
+            max_timeout=60,
+            fresh_sandbox_per_run=args.fresh_sandbox_per_run,
+            preimport=args.preimport,
+            slots=args.slots,
+        )
+    )
     with server as url:
         # None: not a retool-sandbox (SandboxFusion has no /health)
         health = SandboxClient(url).health(timeout=10) or {"mode": "external"}
@@ -492,8 +547,9 @@ def main(argv: list[str] | None = None) -> int:
             for level in levels:
                 sides = {"sandbox": lambda c: _sandbox_call(url, c), "bare": lambda c: _bare_call(args.python, c)}
                 if args.sandboxfusion_url:
-                    sides["sandboxfusion"] = lambda c: _sandbox_call(args.sandboxfusion_url, c,
-                                                                     args.sandboxfusion_memory_mb)
+                    sides["sandboxfusion"] = lambda c: _sandbox_call(
+                        args.sandboxfusion_url, c, args.sandboxfusion_memory_mb
+                    )
                 row = {"workload": name, "concurrency": level}
                 row.update(_cells(sides, workloads[name], level, args.requests, args.warmup))
                 print(json.dumps(row), flush=True)
@@ -523,27 +579,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-
 def _sessions_main(args: argparse.Namespace) -> int:
     cells = []  # (first cell, sessions): "name" takes --sessions, "name:N" its own count
     for entry in args.session_cells.split(","):
         name, _, count = entry.strip().partition(":")
         if name not in SESSION_CELLS or (count and not count.isdigit()):
-            raise SystemExit(f"--session-cells: {entry!r} is not NAME or NAME:COUNT with NAME one of "
-                             f"{list(SESSION_CELLS)}")
+            raise SystemExit(
+                f"--session-cells: {entry!r} is not NAME or NAME:COUNT with NAME one of {list(SESSION_CELLS)}"
+            )
         cells.append((name, int(count) if count else args.sessions))
-    server = nullcontext(args.url) if args.url else running_sandbox(
-        python=args.python, queue_timeout=120, max_timeout=60, slots=args.slots,
-        max_sessions=max(max(count for _, count in cells), 1024))
+    server = (
+        nullcontext(args.url)
+        if args.url
+        else running_sandbox(
+            python=args.python,
+            queue_timeout=120,
+            max_timeout=60,
+            slots=args.slots,
+            max_sessions=max(max(count for _, count in cells), 1024),
+        )
+    )
     with server as url:
         health = SandboxClient(url).health(timeout=10) or {}
         rows = []
         for name, count in cells:
             rows.append(measure_sessions(url, count, name, args.session_concurrency))
             print(json.dumps(rows[-1]), flush=True)
-    meta = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolation": health.get("isolation"),
-            "slots": health.get("slots"), "concurrency": args.session_concurrency,
-            "command": f"--sessions {args.sessions} --session-cells {args.session_cells}"}
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "machine": _machine(),
+        "isolation": health.get("isolation"),
+        "slots": health.get("slots"),
+        "concurrency": args.session_concurrency,
+        "command": f"--sessions {args.sessions} --session-cells {args.session_cells}",
+    }
     section = render_sessions(rows, meta)
     print(section)
     if args.output:

@@ -66,15 +66,19 @@ def scaled_tokens_per_s(spec: LoadSpec, capacity: float) -> float:
 
 async def measure(url: str, mode: str, trajectories: int, baseline_calls: int) -> dict:
     settings = load_settings(str(ROOT / "configs" / "tool.yaml"), session_mode=mode)
-    test = LoadTest(url, LoadSpec(trajectories=trajectories, session_mode=mode), settings,
-                    baseline_calls=baseline_calls)
+    test = LoadTest(
+        url, LoadSpec(trajectories=trajectories, session_mode=mode), settings, baseline_calls=baseline_calls
+    )
     await test.prepare()
     baseline = await test.baseline()
     capacity = summarize(baseline, judged=False)["throughput"]["saturated"]
     if not capacity:
         raise RuntimeError(f"{mode}: the baseline never kept 2 calls at the sandbox; nothing to scale from")
-    spec = LoadSpec(trajectories=trajectories, session_mode=mode,
-                    tokens_per_s=scaled_tokens_per_s(LoadSpec(trajectories=trajectories), capacity))
+    spec = LoadSpec(
+        trajectories=trajectories,
+        session_mode=mode,
+        tokens_per_s=scaled_tokens_per_s(LoadSpec(trajectories=trajectories), capacity),
+    )
     print(f"{mode}: baseline {capacity:.2f} calls/s -> {spec.tokens_per_s:.1f} tokens/s per trajectory", flush=True)
     result = await test.load(spec)
     result.baseline = baseline
@@ -85,6 +89,7 @@ async def measure(url: str, mode: str, trajectories: int, baseline_calls: int) -
 
 
 # ---- the section --------------------------------------------------------------------------------------------------
+
 
 def _f(value, digits: int = 1, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
@@ -101,21 +106,32 @@ def targets(summary: dict) -> list[tuple[str, str, bool]]:
     per_session = memory["per_session_mib"]
     bounded = memory["pss_peak_mib"] is not None and memory["mem_available_min_mb"] is not None
     return [
-        ("0 lost calls", f"{calls['lost']} lost of {calls['planned']} (hung {calls['hung']}, crashed "
-                         f"{calls['crashed']}, never made {calls['never_made']}); {calls['wrong']} wrong answers, "
-                         f"{calls['killed']} killed",
-         calls["lost"] == 0 and calls["wrong"] == 0 and calls["killed"] == 0),
-        ("0 false timeouts", f"{calls['false_timeout']} false timeouts, {calls['over_deadline']} past the call "
-                             "deadline", calls["false_timeout"] == 0 and calls["over_deadline"] == 0),
-        (f"throughput >= {THROUGHPUT_TARGET:g} x the sandbox's own at concurrency 2",
-         f"{_f(t['saturated'], 2)} vs {_f(summary['baseline']['throughput']['saturated'], 2)} calls/s = "
-         f"{_f(ratio, 3)} x (the programs themselves ran {_f(summary['run_s_mean'], 0, 1000)} ms per call under the "
-         f"load, {_f(summary['baseline'].get('run_s_mean'), 0, 1000)} ms in the baseline)",
-         ratio is not None and ratio >= THROUGHPUT_TARGET),
-        ("memory bounded and stated",
-         f"Pss of the server's process tree at most {_f(memory['pss_peak_mib'], 0)} MiB"
-         + (f" ({_f(per_session, 1)} MiB per live session)" if per_session is not None else "")
-         + f"; host MemAvailable never below {memory['mem_available_min_mb']} MiB", bounded),
+        (
+            "0 lost calls",
+            f"{calls['lost']} lost of {calls['planned']} (hung {calls['hung']}, crashed "
+            f"{calls['crashed']}, never made {calls['never_made']}); {calls['wrong']} wrong answers, "
+            f"{calls['killed']} killed",
+            calls["lost"] == 0 and calls["wrong"] == 0 and calls["killed"] == 0,
+        ),
+        (
+            "0 false timeouts",
+            f"{calls['false_timeout']} false timeouts, {calls['over_deadline']} past the call deadline",
+            calls["false_timeout"] == 0 and calls["over_deadline"] == 0,
+        ),
+        (
+            f"throughput >= {THROUGHPUT_TARGET:g} x the sandbox's own at concurrency 2",
+            f"{_f(t['saturated'], 2)} vs {_f(summary['baseline']['throughput']['saturated'], 2)} calls/s = "
+            f"{_f(ratio, 3)} x (the programs themselves ran {_f(summary['run_s_mean'], 0, 1000)} ms per call under the "
+            f"load, {_f(summary['baseline'].get('run_s_mean'), 0, 1000)} ms in the baseline)",
+            ratio is not None and ratio >= THROUGHPUT_TARGET,
+        ),
+        (
+            "memory bounded and stated",
+            f"Pss of the server's process tree at most {_f(memory['pss_peak_mib'], 0)} MiB"
+            + (f" ({_f(per_session, 1)} MiB per live session)" if per_session is not None else "")
+            + f"; host MemAvailable never below {memory['mem_available_min_mb']} MiB",
+            bounded,
+        ),
     ]
 
 
@@ -128,15 +144,19 @@ def paper(summary: dict) -> list[str]:
         slots = default_slots(cores)
         if per_call:
             capacity = slots / per_call
-            lines.append(f"{cores} cores: the default {slots} slots, one core each, serve about "
-                         f"{capacity:.0f} calls/s at {per_call * 1000:.0f} ms of CPU per call, "
-                         f"{capacity / rate:.0f} x the reference step's {rate:.1f} calls/s")
+            lines.append(
+                f"{cores} cores: the default {slots} slots, one core each, serve about "
+                f"{capacity:.0f} calls/s at {per_call * 1000:.0f} ms of CPU per call, "
+                f"{capacity / rate:.0f} x the reference step's {rate:.1f} calls/s"
+            )
     per_session = summary["memory"]["per_session_mib"]
     if per_session:
         need = per_session * summary["spec"]["trajectories"] / 1024
-        lines.append(f"sessions: {summary['spec']['trajectories']} of them hold about {need:.1f} GiB at "
-                     f"{per_session:.1f} MiB each; a node that leaves the sandbox 64 GiB holds "
-                     f"{int(64 * 1024 / per_session)} such sessions, 16 GiB {int(16 * 1024 / per_session)}")
+        lines.append(
+            f"sessions: {summary['spec']['trajectories']} of them hold about {need:.1f} GiB at "
+            f"{per_session:.1f} MiB each; a node that leaves the sandbox 64 GiB holds "
+            f"{int(64 * 1024 / per_session)} such sessions, 16 GiB {int(16 * 1024 / per_session)}"
+        )
     return lines
 
 
@@ -181,18 +201,25 @@ def _memory_paragraph(meta: dict) -> list[str]:
         return []
     order = meta.get("page_reporting_order")
     page_kib = meta.get("page_kib", 4)
-    reporting = ("this machine reports no freed memory to a hypervisor" if order is None else
-                 f"this machine hands freed memory back to its hypervisor: virtio-balloon free page reporting, free "
-                 f"blocks of order {order} ({(page_kib << order) / 1024:g} MiB) and up")
-    lines = [f"What new memory costs on this host (probed before the runs; {reporting}): touching {len(costs)} GiB of "
-             f"it, 1 GiB at a time, took " + " / ".join(f"{c:.1f}" for c in costs) + f" µs per {page_kib} KiB page."]
+    reporting = (
+        "this machine reports no freed memory to a hypervisor"
+        if order is None
+        else f"this machine hands freed memory back to its hypervisor: virtio-balloon free page reporting, free "
+        f"blocks of order {order} ({(page_kib << order) / 1024:g} MiB) and up"
+    )
+    lines = [
+        f"What new memory costs on this host (probed before the runs; {reporting}): touching {len(costs)} GiB of "
+        f"it, 1 GiB at a time, took " + " / ".join(f"{c:.1f}" for c in costs) + f" µs per {page_kib} KiB page."
+    ]
     if max(costs) > DEAR_MEMORY * min(costs):
-        lines.append(f"The dearest GiB cost {max(costs) / min(costs):.0f} x the cheapest. A per_trajectory load keeps "
-                     "hundreds of sessions alive (Pss per live session in the table) and starts new ones as old ones "
-                     "end, so most pages its sessions touch are new to the host, while the concurrency-2 baseline "
-                     "keeps a few sessions alive, each reusing the pages the last one freed: a dear new page can cost "
-                     "the load more than its baseline (whether it is what the load loses, a run with the reporting "
-                     "off tells).")
+        lines.append(
+            f"The dearest GiB cost {max(costs) / min(costs):.0f} x the cheapest. A per_trajectory load keeps "
+            "hundreds of sessions alive (Pss per live session in the table) and starts new ones as old ones "
+            "end, so most pages its sessions touch are new to the host, while the concurrency-2 baseline "
+            "keeps a few sessions alive, each reusing the pages the last one freed: a dear new page can cost "
+            "the load more than its baseline (whether it is what the load loses, a run with the reporting "
+            "off tells)."
+        )
     return [" ".join(lines), ""]
 
 
@@ -223,15 +250,17 @@ def render(runs: dict[str, dict], meta: dict) -> str:
         f"and {meta['load_after']} after.",
         "",
         "The program mix (`sandbox/retool_sandbox/load_programs.py`, one run each on the idle sandbox): run time "
-        + ", ".join(f"{label} {share:.0%}" for label, share in mix["runtime_shares"].items()) + "; output "
+        + ", ".join(f"{label} {share:.0%}" for label, share in mix["runtime_shares"].items())
+        + "; output "
         + ", ".join(f"{label} {share:.0%}" for label, share in mix["output_shares"].items())
         + f" of the calls; {mix['mean_idle_s'] * 1000:.0f} ms per call on average.",
         "",
         "| program | share of calls | idle run time ms | output bytes |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {p['name']} | {p['weight']}% | {p['idle_s'] * 1000:.0f} | {p['output_bytes']} |"
-              for p in mix["programs"]]
+    lines += [
+        f"| {p['name']} | {p['weight']}% | {p['idle_s'] * 1000:.0f} | {p['output_bytes']} |" for p in mix["programs"]
+    ]
     lines += ["", "| | " + " | ".join(f"`{mode}`" for mode in runs) + " |", "|---|" + "---|" * len(runs)]
 
     def row(label: str, cell) -> None:
@@ -239,43 +268,70 @@ def render(runs: dict[str, dict], meta: dict) -> str:
 
     row("tokens/s per trajectory (scaled)", lambda s: f"{s['spec']['tokens_per_s']:.1f}")
     row("calls planned / ended", lambda s: f"{s['calls']['planned']} / {s['calls']['ended']}")
-    row("right / wrong answers / killed", lambda s: f"{s['calls']['right']} / {s['calls']['wrong']} / "
-                                                     f"{s['calls']['killed']}")
-    row("lost (hung, crashed, never made)", lambda s: f"{s['calls']['lost']} ({s['calls']['hung']}, "
-                                                       f"{s['calls']['crashed']}, {s['calls']['never_made']})")
+    row(
+        "right / wrong answers / killed",
+        lambda s: f"{s['calls']['right']} / {s['calls']['wrong']} / {s['calls']['killed']}",
+    )
+    row(
+        "lost (hung, crashed, never made)",
+        lambda s: f"{s['calls']['lost']} ({s['calls']['hung']}, {s['calls']['crashed']}, {s['calls']['never_made']})",
+    )
     row("unavailable / sandbox errors", lambda s: f"{s['calls']['unavailable']} / {s['calls']['sandbox_error']}")
-    row("false timeouts / past the deadline", lambda s: f"{s['calls']['false_timeout']} / "
-                                                         f"{s['calls']['over_deadline']}")
+    row(
+        "false timeouts / past the deadline", lambda s: f"{s['calls']['false_timeout']} / {s['calls']['over_deadline']}"
+    )
     row("504 answers / retries", lambda s: f"{s['calls']['busy_answers']} / {s['calls']['retries']}")
     row("calls told their session was lost", lambda s: str(s["calls"]["session_lost"]))
     row("wall time s", lambda s: f"{s['wall_s']:.0f}")
-    row("calls/s while saturated / baseline at concurrency 2 (before, after the load)",
-        lambda s: f"{_f(s['throughput']['saturated'], 2)} / {_f(s['baseline']['throughput']['saturated'], 2)} "
-                  f"({', '.join(_f(r, 2) for r in s['baseline']['throughput'].get('readings', []))})")
+    row(
+        "calls/s while saturated / baseline at concurrency 2 (before, after the load)",
+        lambda s: (
+            f"{_f(s['throughput']['saturated'], 2)} / {_f(s['baseline']['throughput']['saturated'], 2)} "
+            f"({', '.join(_f(r, 2) for r in s['baseline']['throughput'].get('readings', []))})"
+        ),
+    )
     row("latency p50 / p99 / max s", lambda s: " / ".join(_f(s["latency_s"][k], 1) for k in ("p50", "p99", "max")))
-    row("wait for the worker's max_concurrency p50 / p99 s",
-        lambda s: " / ".join(_f(s["limit_wait_s"][k], 1) for k in ("p50", "p99")))
-    row("time at the server beyond the run p50 / p99 s",
-        lambda s: " / ".join(_f(s["server_wait_s"][k], 1) for k in ("p50", "p99")))
-    row("program run time per call, mean ms (load / baseline)",
-        lambda s: f"{_f(s['run_s_mean'], 0, 1000)} / {_f(s['baseline'].get('run_s_mean'), 0, 1000)}")
+    row(
+        "wait for the worker's max_concurrency p50 / p99 s",
+        lambda s: " / ".join(_f(s["limit_wait_s"][k], 1) for k in ("p50", "p99")),
+    )
+    row(
+        "time at the server beyond the run p50 / p99 s",
+        lambda s: " / ".join(_f(s["server_wait_s"][k], 1) for k in ("p50", "p99")),
+    )
+    row(
+        "program run time per call, mean ms (load / baseline)",
+        lambda s: f"{_f(s['run_s_mean'], 0, 1000)} / {_f(s['baseline'].get('run_s_mean'), 0, 1000)}",
+    )
     row("sandbox CPU per call ms", lambda s: _f(s["cpu"]["per_call_s"], 0, 1000))
-    row("host CPU in the kernel, share of the host's busy time (load / baseline)",
-        lambda s: " / ".join(_pct(c.get("host_kernel_share")) for c in (s["cpu"], s["baseline"]["cpu"])))
+    row(
+        "host CPU in the kernel, share of the host's busy time (load / baseline)",
+        lambda s: " / ".join(_pct(c.get("host_kernel_share")) for c in (s["cpu"], s["baseline"]["cpu"])),
+    )
     row("sandbox memory peak (Pss) MiB", lambda s: _f(s["memory"]["pss_peak_mib"], 0))
-    row("per live session MiB (at the reading with most sessions)",
-        lambda s: "-" if s["memory"]["per_session_mib"] is None else
-        f"{s['memory']['per_session_mib']:.1f} ({s['memory']['sessions_at_reading']} live)")
-    row("sessions started / evicted for memory / died",
-        lambda s: "-" if not s["sessions"] else " / ".join(
-            str(s["sessions"].get(key, 0)) for key in ("started", "evicted_memory", "died")))
+    row(
+        "per live session MiB (at the reading with most sessions)",
+        lambda s: (
+            "-"
+            if s["memory"]["per_session_mib"] is None
+            else f"{s['memory']['per_session_mib']:.1f} ({s['memory']['sessions_at_reading']} live)"
+        ),
+    )
+    row(
+        "sessions started / evicted for memory / died",
+        lambda s: (
+            "-"
+            if not s["sessions"]
+            else " / ".join(str(s["sessions"].get(key, 0)) for key in ("started", "evicted_memory", "died"))
+        ),
+    )
     lines += ["", *_memory_paragraph(meta), "Targets (issue 27, item 4), per mode:", ""]
     for mode, run in runs.items():
         for name, measured, met in targets(run["summary"]):
             lines.append(f"- `{mode}`: {name}: {measured} ({'met' if met else 'NOT met'}).")
     lines += ["", "Verdicts (`retool-sandbox loadtest` prints the same):", ""]
     for mode, run in runs.items():
-        lines.append(f"- `{mode}`: {verdict_text(run['summary'])[len('verdict: '):]}")
+        lines.append(f"- `{mode}`: {verdict_text(run['summary'])[len('verdict: ') :]}")
     lines += ["", "Paper figures from these measurements (arithmetic, not run on such a host):", ""]
     for mode, run in runs.items():
         lines += [f"- `{mode}`: {line}." for line in paper(run["summary"])]
@@ -298,8 +354,11 @@ def plot(runs: dict[str, dict], path: Path) -> None:
         mids = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
         top, bottom = axes[0][col], axes[1][col]
         top.plot(mids, occupancy([(r["start"], r["end"]) for r in records], edges), label="calls open (trajectories)")
-        top.plot(mids, occupancy([(r["end"] - r["last_attempt_s"], r["end"]) for r in records], edges),
-                 label="calls at the server")
+        top.plot(
+            mids,
+            occupancy([(r["end"] - r["last_attempt_s"], r["end"]) for r in records], edges),
+            label="calls at the server",
+        )
         busy = [(s["t"], (s["health"] or {}).get("in_flight")) for s in samples if s["health"]]
         top.plot([t for t, _ in busy], [b for _, b in busy], label="slots running a program", lw=1)
         sessions = [(s["t"], ((s["health"] or {}).get("sessions") or {}).get("live")) for s in samples if s["health"]]
@@ -324,8 +383,12 @@ def plot(runs: dict[str, dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trajectories", type=int, default=1024)
-    parser.add_argument("--baseline-calls", type=int, default=BASELINE_CALLS,
-                        help="calls of the baseline at concurrency 2 (default: %(default)s)")
+    parser.add_argument(
+        "--baseline-calls",
+        type=int,
+        default=BASELINE_CALLS,
+        help="calls of the baseline at concurrency 2 (default: %(default)s)",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated (default: %(default)s)")
     parser.add_argument("--output", type=Path, help="Markdown file whose sandbox-loadtest section gets the results")
     parser.add_argument("--picture", type=Path, default=PICTURE, help="where the PNG goes (default: %(default)s)")
@@ -345,11 +408,17 @@ def main(argv: list[str] | None = None) -> int:
         load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
         with running_sandbox(session_memory_floor_mb=LEAVE_FREE_MB) as url:
             runs = {mode: asyncio.run(measure(url, mode, args.trajectories, args.baseline_calls)) for mode in modes}
-        meta = {"date": datetime.date.today().isoformat(), "machine": _machine(), "floor_mb": LEAVE_FREE_MB,
-                "mem_available_mb": available, "load_before": load_before,
-                "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-                "page_reporting_order": free_page_reporting(), "page_kib": os.sysconf("SC_PAGE_SIZE") >> 10,
-                "touch_us": touch_us}
+        meta = {
+            "date": datetime.date.today().isoformat(),
+            "machine": _machine(),
+            "floor_mb": LEAVE_FREE_MB,
+            "mem_available_mb": available,
+            "load_before": load_before,
+            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "page_reporting_order": free_page_reporting(),
+            "page_kib": os.sysconf("SC_PAGE_SIZE") >> 10,
+            "touch_us": touch_us,
+        }
         if args.json:
             args.json.write_text(json.dumps({"meta": meta, "runs": runs}))
     section = render(runs, meta)

@@ -52,8 +52,11 @@ class Soak:
     def __init__(self, out: Path, smoke: Path, trainer_mode: str, save_every: int = SAVE_EVERY) -> None:
         self.out, self.run_dir = out, out / "run"
         resolved = smoke / "rl.resolved.yaml"  # the assets the smoke's RL stage read; else where the smoke builds them
-        self.assets = (Path(yaml.safe_load(resolved.read_text())["data"]["train_files"]).parents[1]
-                       if resolved.is_file() else REPO_ROOT / ".cache" / "smoke-assets")
+        self.assets = (
+            Path(yaml.safe_load(resolved.read_text())["data"]["train_files"]).parents[1]
+            if resolved.is_file()
+            else REPO_ROOT / ".cache" / "smoke-assets"
+        )
         self.ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
         self.port = _helper("ports").free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,13 +64,20 @@ class Soak:
         tool["tools"][0]["config"]["session_mode"] = "per_trajectory"
         out.mkdir(parents=True, exist_ok=True)
         (out / "tool.yaml").write_text(yaml.safe_dump(tool))
-        self.args = ["+smoke=rl", "trainer.experiment_name=soak", "trainer.total_epochs=1000",
-                     "trainer.total_training_steps=1000000", f"trainer.save_freq={save_every}",
-                     f"trainer.test_freq={save_every}", f"trainer.max_actor_ckpt_to_keep={KEEP}",
-                     f"actor_rollout_ref.rollout.multi_turn.tool_config_path={out / 'tool.yaml'}",
-                     f"+ray_kwargs.ray_init._temp_dir={self.ray_dir}"]
-        self.env = learning_run.launch_env(smoke / "sft_merged", self.assets, self.run_dir, f"{self.url}/run_code",
-                                           trainer_mode)
+        self.args = [
+            "+smoke=rl",
+            "trainer.experiment_name=soak",
+            "trainer.total_epochs=1000",
+            "trainer.total_training_steps=1000000",
+            f"trainer.save_freq={save_every}",
+            f"trainer.test_freq={save_every}",
+            f"trainer.max_actor_ckpt_to_keep={KEEP}",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={out / 'tool.yaml'}",
+            f"+ray_kwargs.ray_init._temp_dir={self.ray_dir}",
+        ]
+        self.env = learning_run.launch_env(
+            smoke / "sft_merged", self.assets, self.run_dir, f"{self.url}/run_code", trainer_mode
+        )
         self.launch: subprocess.Popen | None = None
         self.supervisor: subprocess.Popen | None = None
         self.launch_number = 0
@@ -91,8 +101,14 @@ class Soak:
     def record_sample(self) -> None:
         health = self.health()
         uids = range(health["uids"][0], health["uids"][1] + 1) if health and health.get("uids") else None
-        found = sample(self.launch.pid if self.launch and self.launch.poll() is None else None, self.ray_dir,
-                       self.run_dir, health["pid"] if health else None, uids, health)
+        found = sample(
+            self.launch.pid if self.launch and self.launch.poll() is None else None,
+            self.ray_dir,
+            self.run_dir,
+            health["pid"] if health else None,
+            uids,
+            health,
+        )
         running = self.launch is not None and self.launch.poll() is None
         kept = len(list((self.run_dir / "checkpoints" / "rl").glob("global_step_*/actor")))  # verl leaves data.pt
         found.update(step=self.step(), launch=self.launch_number if running else None, checkpoints_kept=kept)
@@ -103,9 +119,13 @@ class Soak:
     def start_sandbox(self) -> None:
         log = open(self.out / "sandbox.log", "a")
         env = {**os.environ, "RETOOL_SANDBOX_BIN": str(Path(sys.executable).parent / "retool-sandbox")}
-        self.supervisor = subprocess.Popen([str(REPO_ROOT / "scripts" / "keep_sandbox_up.sh"), "--host", "127.0.0.1",
-                                            "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+        self.supervisor = subprocess.Popen(
+            [str(REPO_ROOT / "scripts" / "keep_sandbox_up.sh"), "--host", "127.0.0.1", "--port", str(self.port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.wait_sandbox_up()
 
     def wait_sandbox_up(self, timeout_s: float = 120) -> dict:
@@ -131,15 +151,27 @@ class Soak:
         table = processes()  # before the supervisor's pause ends: what the stopped server left
         left = [p for p, info in table.items() if uids is not None and info["uid"] in uids]
         health = self.wait_sandbox_up()
-        self.event("sandbox_restart", old_pid=pid, new_pid=health["pid"], down_s=round(time.time() - down, 1),
-                   sessions_open_at_stop=sessions_open, leftover_uid_processes=len(left))
+        self.event(
+            "sandbox_restart",
+            old_pid=pid,
+            new_pid=health["pid"],
+            down_s=round(time.time() - down, 1),
+            sessions_open_at_stop=sessions_open,
+            leftover_uid_processes=len(left),
+        )
 
     # ------------------------------------------------------------------ the launch
     def start_launch(self) -> None:
         self.launch_number += 1
         log = open(self.out / "launches.log", "a")
-        self.launch = subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *self.args], cwd=REPO_ROOT,
-                                       env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.launch = subprocess.Popen(
+            [str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *self.args],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.event("launch", number=self.launch_number, pid=self.launch.pid)
 
     def ray_processes(self) -> list[int]:
@@ -160,8 +192,13 @@ class Soak:
         for pid in left:  # only this soak's (its own Ray temp dir)
             os.kill(pid, signal.SIGKILL)
         health = self.health()
-        self.event(kind, signal=sig.name, exit=self.launch.returncode, leftover_ray_processes=len(left),
-                   sessions_live=(health.get("sessions") or {}).get("live") if health else None)
+        self.event(
+            kind,
+            signal=sig.name,
+            exit=self.launch.returncode,
+            leftover_ray_processes=len(left),
+            sessions_live=(health.get("sessions") or {}).get("live") if health else None,
+        )
 
     # ------------------------------------------------------------------ the schedule
     def run(self, minutes: float, restart_every_min: float) -> None:
@@ -177,8 +214,9 @@ class Soak:
             while time.time() < end:
                 now = time.time()
                 if self.launch.poll() is not None:  # ended on its own: a verdict says why, the soak ends as usual
-                    self.event("launch_exited", number=self.launch_number, exit=self.launch.returncode,
-                               why=self.last_error())
+                    self.event(
+                        "launch_exited", number=self.launch_number, exit=self.launch.returncode, why=self.last_error()
+                    )
                     break
                 if now >= next_sample:
                     self.record_sample()
@@ -219,8 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", 120)))
     parser.add_argument("--restart-every", type=float, default=10.0, help="minutes between sandbox stops")
-    parser.add_argument("--save-every", type=int, default=SAVE_EVERY, help="steps between checkpoints and "
-                        "validations (default %(default)s, the reference run's)")
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=SAVE_EVERY,
+        help="steps between checkpoints and validations (default %(default)s, the reference run's)",
+    )
     parser.add_argument("--smoke-run", type=Path, default=None, help="a smoke run folder with sft_merged/")
     parser.add_argument("--trainer-mode", default=os.environ.get("TRAINER_MODE", "sync"))
     parser.add_argument("--out", type=Path, default=None, help="the soak's folder (default runs/soak-<time>)")
@@ -235,9 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         smoke = find_smoke_run(args.smoke_run)
         out = (args.out or REPO_ROOT / "runs" / f"soak-{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
         out.mkdir(parents=True, exist_ok=True)
-        measured = {**learning_run.measured_now(), "minutes": args.minutes, "restart_every_min": args.restart_every,
-                    "save_every": args.save_every,
-                    "trainer_mode": args.trainer_mode, "smoke_run": os.path.relpath(smoke, REPO_ROOT)}
+        measured = {
+            **learning_run.measured_now(),
+            "minutes": args.minutes,
+            "restart_every_min": args.restart_every,
+            "save_every": args.save_every,
+            "trainer_mode": args.trainer_mode,
+            "smoke_run": os.path.relpath(smoke, REPO_ROOT),
+        }
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
         Soak(out, smoke, args.trainer_mode, args.save_every).run(args.minutes, args.restart_every)
     result = verdicts(out)

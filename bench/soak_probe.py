@@ -23,8 +23,18 @@ from retool_sandbox.proctree import pss_mib
 
 GROUPS = ("trainer", "rollout", "agent_loop", "ray", "sandbox_server", "sandbox_programs")
 _ROLLOUT = ("vllm", "enginecore", "engine_core")
-_RAY = ("gcs_server", "raylet", "dashboard", "log_monitor", "ray/_private", "runtimeenvagent", "ray::idle",
-        "ray/autoscaler", "ray.util.client", "bin/ray start")  # ray/_private holds default_worker.py: a worker
+_RAY = (
+    "gcs_server",
+    "raylet",
+    "dashboard",
+    "log_monitor",
+    "ray/_private",
+    "runtimeenvagent",
+    "ray::idle",
+    "ray/autoscaler",
+    "ray.util.client",
+    "bin/ray start",
+)  # ray/_private holds default_worker.py: a worker
 # not yet renamed for its actor
 RUN_GROUPS = GROUPS[:4]
 PROCESS_MIN_MB, TITLE_CHARS = 50.0, 80  # a run's processes recorded one by one: those of at least this PSS
@@ -50,10 +60,12 @@ def processes() -> dict[int, dict]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         try:
-            table[int(name)] = {"ppid": int(fields["PPid"]), "uid": int(fields["Uid"].split()[0]),
-                                "state": fields["State"].split()[0],
-                                "cmd": _read(f"/proc/{name}/cmdline").replace(b"\0", b" ").decode(errors="replace")
-                                .lower()}
+            table[int(name)] = {
+                "ppid": int(fields["PPid"]),
+                "uid": int(fields["Uid"].split()[0]),
+                "state": fields["State"].split()[0],
+                "cmd": _read(f"/proc/{name}/cmdline").replace(b"\0", b" ").decode(errors="replace").lower(),
+            }
         except (KeyError, ValueError, IndexError):
             continue
     return table
@@ -111,8 +123,14 @@ def disk_by_kind(run_dir: Path) -> dict[str, int]:
     return sizes
 
 
-def sample(launch_pid: int | None, ray_dir: str, run_dir: Path, server_pid: int | None,
-           sandbox_uids: range | None, sandbox_health: dict | None) -> dict:
+def sample(
+    launch_pid: int | None,
+    ray_dir: str,
+    run_dir: Path,
+    server_pid: int | None,
+    sandbox_uids: range | None,
+    sandbox_health: dict | None,
+) -> dict:
     """One sample (a JSON-able dict)."""
     table = processes()
     run = descendants(table, {launch_pid} if launch_pid else set())
@@ -148,10 +166,14 @@ def sample(launch_pid: int | None, ray_dir: str, run_dir: Path, server_pid: int 
         "processes": largest,  # pid -> [group, command, PSS MB]: which process of a group grows
         "zombies": zombies,
         "run_processes": len(run & set(table)),
-        "sandbox": {"up": sandbox_health is not None, "sessions_live": sessions.get("live"),
-                    "uids_in_use": len({info["uid"] for info in table.values()
-                                        if sandbox_uids is not None and info["uid"] in sandbox_uids}),
-                    "server_fds": open_fds(server_pid) if server_pid else None},
+        "sandbox": {
+            "up": sandbox_health is not None,
+            "sessions_live": sessions.get("live"),
+            "uids_in_use": len(
+                {info["uid"] for info in table.values() if sandbox_uids is not None and info["uid"] in sandbox_uids}
+            ),
+            "server_fds": open_fds(server_pid) if server_pid else None,
+        },
         "disk": disk_by_kind(run_dir),
         "shm_used_bytes": shutil.disk_usage("/dev/shm").used,  # unlinked but mapped segments count too
         "tmp_bytes": tree_bytes(Path("/tmp")),

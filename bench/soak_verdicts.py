@@ -105,8 +105,11 @@ def lows(window: list[dict], group: str) -> list[dict]:
     bins: dict[int, list[dict]] = {}
     for s in window:
         bins.setdefault(int((s["t"] - window[0]["t"]) // LOW_BIN_S), []).append(s)
-    return [min(b, key=lambda s: s["groups"][group]["pss_mb"]) for _, b in sorted(bins.items())
-            if b[-1]["t"] - b[0]["t"] >= LOW_BIN_S / 2]
+    return [
+        min(b, key=lambda s: s["groups"][group]["pss_mb"])
+        for _, b in sorted(bins.items())
+        if b[-1]["t"] - b[0]["t"] >= LOW_BIN_S / 2
+    ]
 
 
 def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any]:
@@ -117,9 +120,18 @@ def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any
     out: dict[str, Any] = {"group": group}
     for metric, unit in (("pss_mb", "MB"), ("fds", "fds")):
         # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
-        pairs = [[(s["t"] / 3600, s["groups"][group][metric],
-                   *([s["sandbox"]["sessions_live"] or 0] if kind == "sandbox" else []))
-                  for s in w if s["groups"][group]["procs"]] for w in windows]
+        pairs = [
+            [
+                (
+                    s["t"] / 3600,
+                    s["groups"][group][metric],
+                    *([s["sandbox"]["sessions_live"] or 0] if kind == "sandbox" else []),
+                )
+                for s in w
+                if s["groups"][group]["procs"]
+            ]
+            for w in windows
+        ]
         values = [point[1] for w in pairs for point in w]
         fit = within_slope(pairs)
         if fit is None or not values or sum(values) == 0:
@@ -129,11 +141,21 @@ def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any
         level = sum(values) / len(values)
         # the same per step: the CPU makes ~30x the reference run's steps per hour, so growth that follows steps
         # projects very differently onto its 130 steps than onto 18 hours
-        by_step = within_slope([[(s["step"], *point[1:]) for s, point in zip(
-            [s for s in w if s["groups"][group]["procs"]], pw)] for w, pw in zip(windows, pairs)])
-        out[metric] = {"unit": unit, "slope_per_h": slope, "interval": (slope - 1.96 * se, slope + 1.96 * se),
-                       "level": level, "growth_18h": slope * HOURS / level, "points": points,
-                       "per_step": by_step[0] if by_step else None}
+        by_step = within_slope(
+            [
+                [(s["step"], *point[1:]) for s, point in zip([s for s in w if s["groups"][group]["procs"]], pw)]
+                for w, pw in zip(windows, pairs)
+            ]
+        )
+        out[metric] = {
+            "unit": unit,
+            "slope_per_h": slope,
+            "interval": (slope - 1.96 * se, slope + 1.96 * se),
+            "level": level,
+            "growth_18h": slope * HOURS / level,
+            "points": points,
+            "per_step": by_step[0] if by_step else None,
+        }
     return out
 
 
@@ -148,13 +170,23 @@ def _growth_verdict(g: dict[str, Any]) -> tuple[bool | None, str]:
             states.append(False)
             continue
         lo, hi = m["interval"]
-        per_step = (f" ({m['per_step']:+.3f} {m['unit']} per step: {m['per_step'] * REAL_STEPS:+.0f} over "
-                    f"{REAL_STEPS} steps)" if m.get("per_step") is not None else "")
-        parts.append(f"{'PSS' if metric == 'pss_mb' else 'descriptors'} {m['slope_per_h']:+.1f} {m['unit']}/h "
-                     f"[{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {m['unit']} -> {m['growth_18h']:+.1%} in 18 h"
-                     f"{per_step}")
-        states.append(True if hi * HOURS / m["level"] < GROWTH_LIMIT else
-                      False if lo * HOURS / m["level"] >= GROWTH_LIMIT else None)
+        per_step = (
+            f" ({m['per_step']:+.3f} {m['unit']} per step: {m['per_step'] * REAL_STEPS:+.0f} over {REAL_STEPS} steps)"
+            if m.get("per_step") is not None
+            else ""
+        )
+        parts.append(
+            f"{'PSS' if metric == 'pss_mb' else 'descriptors'} {m['slope_per_h']:+.1f} {m['unit']}/h "
+            f"[{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {m['unit']} -> {m['growth_18h']:+.1%} in 18 h"
+            f"{per_step}"
+        )
+        states.append(
+            True
+            if hi * HOURS / m["level"] < GROWTH_LIMIT
+            else False
+            if lo * HOURS / m["level"] >= GROWTH_LIMIT
+            else None
+        )
     return (False if False in states else None if None in states else True), "; ".join(parts)
 
 
@@ -180,26 +212,41 @@ def verdicts(out: Path) -> dict[str, Any]:
 
     baseline, last = samples[0], samples[-1]
     restarts = [e for e in events if e["event"] == "sandbox_restart"]
-    add("each sandbox stop leaves no process of its uids",
+    add(
+        "each sandbox stop leaves no process of its uids",
         bool(restarts) and all(e["leftover_uid_processes"] == 0 for e in restarts),
         f"{len(restarts)} stops; processes of the stopped server's uids: "
-        f"{[e['leftover_uid_processes'] for e in restarts]}; down {[e['down_s'] for e in restarts]} s")
+        f"{[e['leftover_uid_processes'] for e in restarts]}; down {[e['down_s'] for e in restarts]} s",
+    )
     exited = [e for e in events if e["event"] == "launch_exited"]
-    add("every launch runs until the soak stops it", not exited,
+    add(
+        "every launch runs until the soak stops it",
+        not exited,
         "; ".join(f"launch {e['number']} exited {e['exit']} at step {e['step']}: {e['why']}" for e in exited)
-        or f"{sum(e['event'] == 'launch' for e in events)} launches")
+        or f"{sum(e['event'] == 'launch' for e in events)} launches",
+    )
     for kind in ("kill", "stop"):
         found = [e for e in events if e["event"] == kind]
-        add(f"the launch's {kind} leaves no Ray process", bool(found) and found[0]["leftover_ray_processes"] == 0,
+        add(
+            f"the launch's {kind} leaves no Ray process",
+            bool(found) and found[0]["leftover_ray_processes"] == 0,
             f"{found[0]['leftover_ray_processes']} left 60 s after {found[0]['signal']}; sandbox sessions "
-            f"still open: {found[0]['sessions_live']}" if found else f"no {kind} happened")
-    shm_growth = (last["shm_used_bytes"] - baseline["shm_used_bytes"]) / 2 ** 20
-    add("at the end nothing is left (processes, uids, zombies, /dev/shm)",
-        last["run_processes"] == 0 and last["sandbox"]["uids_in_use"] == 0 and last["zombies"] == 0
-        and all(g["procs"] == 0 for g in last["groups"].values()) and shm_growth <= SHM_SLACK_MB,
+            f"still open: {found[0]['sessions_live']}"
+            if found
+            else f"no {kind} happened",
+        )
+    shm_growth = (last["shm_used_bytes"] - baseline["shm_used_bytes"]) / 2**20
+    add(
+        "at the end nothing is left (processes, uids, zombies, /dev/shm)",
+        last["run_processes"] == 0
+        and last["sandbox"]["uids_in_use"] == 0
+        and last["zombies"] == 0
+        and all(g["procs"] == 0 for g in last["groups"].values())
+        and shm_growth <= SHM_SLACK_MB,
         f"run processes {last['run_processes']}, sandbox uids in use {last['sandbox']['uids_in_use']}, zombies "
         f"{last['zombies']}, processes per group { {k: v['procs'] for k, v in last['groups'].items() if v['procs']} }"
-        f", /dev/shm {shm_growth:+.1f} MB against the start")
+        f", /dev/shm {shm_growth:+.1f} MB against the start",
+    )
 
     add(*_disk(out, run_dir, config, samples, batch * n))
 
@@ -207,27 +254,47 @@ def verdicts(out: Path) -> dict[str, Any]:
     event_dir = run_dir / "tensorboard" / "rl"
     points = checks.scalar_points(event_dir, "critic/rewards/mean")
     logged = max(points, default=0)
-    add("TensorBoard holds every step once", points == Counter(range(1, logged + 1)) and logged >= final_step - 1,
+    add(
+        "TensorBoard holds every step once",
+        points == Counter(range(1, logged + 1)) and logged >= final_step - 1,
         f"steps 1-{logged} ({final_step} dumped); steps logged other than once: "
-        f"{ {s: c for s, c in points.items() if c != 1} or 'none'}")
+        f"{ {s: c for s, c in points.items() if c != 1} or 'none' }",
+    )
 
     add(*_outages(run_dir, event_dir, events, batch * n))
     log = (out / "launches.log").read_text(errors="replace") if (out / "launches.log").is_file() else ""
     resumed = re.findall(r"\[resume\] rl continues after the checkpoint of step (\d+)", log)
     order = checks.data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), final_step * batch)
-    wrong = [s for s in range(1, final_step + 1) if (run_dir / "rollouts" / f"{s}.jsonl").is_file()
-             and checks.trained(run_dir / "rollouts" / f"{s}.jsonl") != dict.fromkeys(
-                 order[(s - 1) * batch:s * batch], n)]
-    add("the resumed run trains the uninterrupted run's data order",
+    wrong = [
+        s
+        for s in range(1, final_step + 1)
+        if (run_dir / "rollouts" / f"{s}.jsonl").is_file()
+        and checks.trained(run_dir / "rollouts" / f"{s}.jsonl") != dict.fromkeys(order[(s - 1) * batch : s * batch], n)
+    ]
+    add(
+        "the resumed run trains the uninterrupted run's data order",
         bool(resumed) and not wrong and final_step > int(resumed[-1]),
         f"resumed after the checkpoint of step {resumed[-1] if resumed else '?'}; steps 1-{final_step} against "
-        f"verl's sampler order, steps that differ: {wrong or 'none'}")
-    ending = ("then stopped with SIGINT at the end" if any(e["event"] == "stop" for e in events) else
-              "; ".join(f"and launch {e['number']} ended on its own at step {e['step']} (exit {e['exit']})"
-                        for e in exited) or "and not stopped")
-    return {"measured": measured, "verdicts": results, "growth": groups, "final_step": final_step, "ending": ending,
-            "restarts": len(restarts), "samples": len(samples),
-            "minutes": round((last["t"] - baseline["t"]) / 60, 1) if samples else 0}
+        f"verl's sampler order, steps that differ: {wrong or 'none'}",
+    )
+    ending = (
+        "then stopped with SIGINT at the end"
+        if any(e["event"] == "stop" for e in events)
+        else "; ".join(
+            f"and launch {e['number']} ended on its own at step {e['step']} (exit {e['exit']})" for e in exited
+        )
+        or "and not stopped"
+    )
+    return {
+        "measured": measured,
+        "verdicts": results,
+        "growth": groups,
+        "final_step": final_step,
+        "ending": ending,
+        "restarts": len(restarts),
+        "samples": len(samples),
+        "minutes": round((last["t"] - baseline["t"]) / 60, 1) if samples else 0,
+    }
 
 
 def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajectories: int) -> tuple[str, bool, str]:
@@ -235,8 +302,9 @@ def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajector
     running = [s for s in samples if s.get("launch")]
     first, last = running[0], running[-1]
     steps = max(last["step"] - first["step"], 1)
-    per_step = {kind: (last["disk"][kind] - first["disk"][kind]) / steps
-                for kind in last["disk"] if kind != "checkpoints"}
+    per_step = {
+        kind: (last["disk"][kind] - first["disk"][kind]) / steps for kind in last["disk"] if kind != "checkpoints"
+    }
     hours = (last["t"] - first["t"]) / 3600
     ray_per_h = (last["ray_tmp_bytes"] - first["ray_tmp_bytes"]) / max(hours, 1e-9)
     # The reference config writes no rollout or validation dumps (the smoke does): logs, TensorBoard and the rest grow
@@ -244,15 +312,21 @@ def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajector
     # trajectories x length: reported beside.
     projected = sum(v for k, v in per_step.items() if k not in DUMPS) * REAL_STEPS + ray_per_h * HOURS
     length = REAL_RESPONSE / config["data"]["max_response_length"]
-    dumps = (per_step["rollouts"] * REAL_TRAJECTORIES / trajectories * length
-             + per_step["validation"] * REAL_VAL_TRAJECTORIES / _validation_trajectories(run_dir) * length) * REAL_STEPS
+    dumps = (
+        per_step["rollouts"] * REAL_TRAJECTORIES / trajectories * length
+        + per_step["validation"] * REAL_VAL_TRAJECTORIES / _validation_trajectories(run_dir) * length
+    ) * REAL_STEPS
     contents = config["actor_rollout_ref"]["actor"]["checkpoint"]["save_contents"]
-    real = estimate_checkpoints(KNOWN_MODELS[RECIPE_MODEL], save_contents=contents,
-                                saves=checkpoint_saves(REAL_STEPS, REAL_SAVE_EVERY, last_step_always=False),
-                                keep=REAL_KEEP)
+    real = estimate_checkpoints(
+        KNOWN_MODELS[RECIPE_MODEL],
+        save_contents=contents,
+        saves=checkpoint_saves(REAL_STEPS, REAL_SAVE_EVERY, last_step_always=False),
+        keep=REAL_KEEP,
+    )
     tiny = json.loads((Path(config["actor_rollout_ref"]["model"]["path"]) / "config.json").read_text())
-    newest = max((run_dir / "checkpoints" / "rl").glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1]),
-                 default=None)
+    newest = max(
+        (run_dir / "checkpoints" / "rl").glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1]), default=None
+    )
     one = sum(f.stat().st_size for f in newest.rglob("*") if f.is_file()) if newest else 0
     measured_gb = one / GIB
     # verl deletes an old checkpoint's actor/ and leaves its global_step_N/ with the dataloader's small data.pt: the
@@ -260,16 +334,19 @@ def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajector
     kept = max((round(s["disk"]["checkpoints"] / one) for s in samples), default=0) if one else 0
     estimated_gb = estimate_checkpoints(tiny, save_contents=contents, saves=1, keep=1).total_gb
     passed = kept <= keep and projected / GIB <= OTHER_DISK_LIMIT * real.total_gb
-    kinds = ", ".join(f"{kind} {size / 2 ** 10:.0f} KiB" for kind, size in per_step.items())
-    return ("the disk stays bounded", passed,
-            f"checkpoints kept at most {kept} (max_actor_ckpt_to_keep {keep}); one checkpoint {measured_gb * 1024:.1f} "
-            f"MiB, the doctor's estimate for this model {estimated_gb * 1024:.1f} MiB; the rest grew "
-            f"{sum(per_step.values()) / 2 ** 20:.2f} MiB per step ({kinds}) and Ray's logs "
-            f"{ray_per_h / 2 ** 20:.1f} MiB/h: over the reference run ({REAL_STEPS} steps, {HOURS:.0f} h) "
-            f"{projected / GIB:.2f} GiB beside the doctor's {real.total_gb:.0f} GiB of checkpoints ({real.kept} of "
-            f"{real.saves} kept); with rollout and validation dumps on, scaled to its {REAL_TRAJECTORIES} training "
-            f"and {REAL_VAL_TRAJECTORIES} validation trajectories of up to {REAL_RESPONSE} tokens, "
-            f"+{dumps / GIB:.1f} GiB")
+    kinds = ", ".join(f"{kind} {size / 2**10:.0f} KiB" for kind, size in per_step.items())
+    return (
+        "the disk stays bounded",
+        passed,
+        f"checkpoints kept at most {kept} (max_actor_ckpt_to_keep {keep}); one checkpoint {measured_gb * 1024:.1f} "
+        f"MiB, the doctor's estimate for this model {estimated_gb * 1024:.1f} MiB; the rest grew "
+        f"{sum(per_step.values()) / 2**20:.2f} MiB per step ({kinds}) and Ray's logs "
+        f"{ray_per_h / 2**20:.1f} MiB/h: over the reference run ({REAL_STEPS} steps, {HOURS:.0f} h) "
+        f"{projected / GIB:.2f} GiB beside the doctor's {real.total_gb:.0f} GiB of checkpoints ({real.kept} of "
+        f"{real.saves} kept); with rollout and validation dumps on, scaled to its {REAL_TRAJECTORIES} training "
+        f"and {REAL_VAL_TRAJECTORIES} validation trajectories of up to {REAL_RESPONSE} tokens, "
+        f"+{dumps / GIB:.1f} GiB",
+    )
 
 
 def _validation_trajectories(run_dir: Path) -> int:
@@ -293,12 +370,14 @@ def _outages(run_dir: Path, event_dir: Path, events: list[dict], trajectories: i
         counted += any(counts.values())
         if final <= e["step"] and stop_t - e["t"] > 180:  # no later step, though the run had 3 minutes to make one
             stalled.append(step)
-    return ("each sandbox stop is ridden out and counted, the run goes on",
-            bool(seen) and counted > 0 and not stalled and not stops,
-            f"{'; '.join(seen)} (calls of the stop's step and the next; {counted} of {len(seen)} stops met calls in "
-            f"flight; the others fell between calls); steps after each stop: "
-            f"{'all went on' if not stalled else f'none after the stops at {stalled}'}; failure-accounting stops: "
-            f"{len(stops)}")
+    return (
+        "each sandbox stop is ridden out and counted, the run goes on",
+        bool(seen) and counted > 0 and not stalled and not stops,
+        f"{'; '.join(seen)} (calls of the stop's step and the next; {counted} of {len(seen)} stops met calls in "
+        f"flight; the others fell between calls); steps after each stop: "
+        f"{'all went on' if not stalled else f'none after the stops at {stalled}'}; failure-accounting stops: "
+        f"{len(stops)}",
+    )
 
 
 def plot(samples: list[dict], events: list[dict], groups: tuple[str, ...], path: Path) -> None:
@@ -332,7 +411,8 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
     m = result["measured"]
     host = m.get("host") or {}
     lines = [
-        "## Soak (`make bench-soak`)", "",
+        "## Soak (`make bench-soak`)",
+        "",
         f"Measured {m.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, commit "
         f"{m.get('commit') or '?'}, trainer mode {m.get('trainer_mode')}: {result['minutes']:.0f} minutes of the "
         f"smoke's RL stage ({result['final_step']} steps; sessions per trajectory; a checkpoint and a validation "
@@ -342,8 +422,11 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"{result['ending']}. {result['samples']} samples, one every 30 s (bench/soak_probe.py); the run's folder "
         f"is `{source}/`. Memory slopes leave out each lifetime's first minutes (a launch's "
         f"{WARMUP_S['launch'] / 60:g}, a sandbox's {WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
-        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).", "",
-        "| verdict | result | what was seen |", "|---|---|---|"]
+        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).",
+        "",
+        "| verdict | result | what was seen |",
+        "|---|---|---|",
+    ]
     for v in result["verdicts"]:
         result_word = "pass" if v["passed"] else "**inconclusive**" if v.get("inconclusive") else "**FAIL**"
         lines.append(f"| {v['name']} | {result_word} | {v['seen']} |")

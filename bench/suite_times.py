@@ -35,13 +35,20 @@ def read_cases(path: Path) -> tuple[list[dict], dict]:
             if case.find(child) is not None:
                 outcome = name
         part = "/".join(case.get("classname", "").split(".")[:2]) or "?"
-        cases.append({"part": part, "name": f"{case.get('classname')}::{case.get('name')}",
-                      "seconds": float(case.get("time") or 0), "outcome": outcome})
+        cases.append(
+            {
+                "part": part,
+                "name": f"{case.get('classname')}::{case.get('name')}",
+                "seconds": float(case.get("time") or 0),
+                "outcome": outcome,
+            }
+        )
     return cases, dict(suite.attrib)
 
 
-def render(reports: list[tuple[Path, list[dict], dict]], label: str, make_wall_s: float | None,
-           commit: str | None = None) -> str:
+def render(
+    reports: list[tuple[Path, list[dict], dict]], label: str, make_wall_s: float | None, commit: str | None = None
+) -> str:
     """The section: per part the summed test time (a phase on several workers sums to more than its wall time),
     per phase (report) its wall time."""
     cases = [case for _, report_cases, _ in reports for case in report_cases]
@@ -55,19 +62,27 @@ def render(reports: list[tuple[Path, list[dict], dict]], label: str, make_wall_s
         part["tests"] += 1
         part["seconds"] += case["seconds"]
         part["outcomes"][case["outcome"]] += 1
-    walls = [(path.stem, float(attrs.get("time") or sum(c["seconds"] for c in report_cases)))
-             for path, report_cases, attrs in reports]
+    walls = [
+        (path.stem, float(attrs.get("time") or sum(c["seconds"] for c in report_cases)))
+        for path, report_cases, attrs in reports
+    ]
     pytest_s = sum(wall for _, wall in walls)
     summed_s = sum(c["seconds"] for c in cases) or 1.0
-    lines = [f"### Test suite: {label}", "",
-             f"Measured {when} by `make test` at commit {commit or '(not recorded)'} (pytest's JUnit report, "
-             f"`bench/suite_times.py`) on {host['cpu_model']}, "
-             f"{host['cores']} cores{' with ' + limits if limits else ''}; compute dtype `{host['dtype']}`.", "",
-             "| part | tests | outcomes | time (s) | share |", "|---|---|---|---|---|"]
+    lines = [
+        f"### Test suite: {label}",
+        "",
+        f"Measured {when} by `make test` at commit {commit or '(not recorded)'} (pytest's JUnit report, "
+        f"`bench/suite_times.py`) on {host['cpu_model']}, "
+        f"{host['cores']} cores{' with ' + limits if limits else ''}; compute dtype `{host['dtype']}`.",
+        "",
+        "| part | tests | outcomes | time (s) | share |",
+        "|---|---|---|---|---|",
+    ]
     for name, part in sorted(parts.items(), key=lambda kv: -kv[1]["seconds"]):
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
-        lines.append(f"| `{name}` | {part['tests']} | {outcomes} | {part['seconds']:.0f} | "
-                     f"{part['seconds'] / summed_s:.0%} |")
+        lines.append(
+            f"| `{name}` | {part['tests']} | {outcomes} | {part['seconds']:.0f} | {part['seconds'] / summed_s:.0%} |"
+        )
     total = f"pytest {pytest_s:.0f} s ({pytest_s / 60:.1f} min)"
     if len(walls) > 1:
         total += " (" + ", ".join(f"{name} {wall:.0f} s" for name, wall in walls) + ")"
@@ -84,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("junit", type=Path, nargs="+", help="pytest --junitxml reports, one per phase of the run")
     parser.add_argument("--label", required=True, help='how this host and setting are named, e.g. "native bf16"')
     parser.add_argument("--make-wall-s", type=float, default=None, help="wall time of the whole make test, if timed")
-    parser.add_argument("--commit", default=None, help="the commit the suite ran on (default: that of the checkout "
-                        "the recipe is installed from, `git describe --always --dirty`)")
+    parser.add_argument(
+        "--commit",
+        default=None,
+        help="the commit the suite ran on (default: that of the checkout "
+        "the recipe is installed from, `git describe --always --dirty`)",
+    )
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "performance.md")
     args = parser.parse_args(argv)
     try:

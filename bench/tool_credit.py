@@ -20,8 +20,20 @@ from typing import Any
 
 from retool.learning import LearningDataError, tool_credit
 
-COLUMNS = ("step", "samples", "tool_share", "acc_tool", "acc_no_tool", "no_answer", "masked", "informative/groups",
-           "won tool/no_tool/both", "push", "right_tool (copied)", "one_below")
+COLUMNS = (
+    "step",
+    "samples",
+    "tool_share",
+    "acc_tool",
+    "acc_no_tool",
+    "no_answer",
+    "masked",
+    "informative/groups",
+    "won tool/no_tool/both",
+    "push",
+    "right_tool (copied)",
+    "one_below",
+)
 
 
 def rows(credit: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -30,10 +42,22 @@ def rows(credit: dict[str, Any]) -> list[tuple[str, ...]]:
 
     out = []
     for step, s in credit["steps"].items():
-        out.append((str(step), str(s["samples"]), cell(s["tool_share"]), cell(s["acc_tool"]), cell(s["acc_no_tool"]),
-                    cell(s["no_answer"]), cell(s["masked"]), f"{s['informative_groups']}/{s['groups']}",
-                    "/".join(str(s["won"][k]) for k in ("tool", "no_tool", "both")), f"{s['push']:+.3f}",
-                    f"{s['right_tool']} ({s['right_tool_copied']})", str(s["one_below"])))
+        out.append(
+            (
+                str(step),
+                str(s["samples"]),
+                cell(s["tool_share"]),
+                cell(s["acc_tool"]),
+                cell(s["acc_no_tool"]),
+                cell(s["no_answer"]),
+                cell(s["masked"]),
+                f"{s['informative_groups']}/{s['groups']}",
+                "/".join(str(s["won"][k]) for k in ("tool", "no_tool", "both")),
+                f"{s['push']:+.3f}",
+                f"{s['right_tool']} ({s['right_tool_copied']})",
+                str(s["one_below"]),
+            )
+        )
     return out
 
 
@@ -54,11 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         print(run)
         print("\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table))
         t = credit["total"]
-        print(f"total: {t['informative_groups']}/{t['groups']} groups with reward variance, won by "
-              f"tool/no_tool/both {t['won']['tool']}/{t['won']['no_tool']}/{t['won']['both']}, push {t['push']:+.3f}, "
-              f"{t['steps_without_gradient']} of {len(credit['steps'])} steps without gradient, right answers with the "
-              f"tool {t['right_tool']} ({t['right_tool_copied']} copied), without {t['right_no_tool']}, tool-using "
-              f"answers one below the truth {t['one_below']}\n")
+        print(
+            f"total: {t['informative_groups']}/{t['groups']} groups with reward variance, won by "
+            f"tool/no_tool/both {t['won']['tool']}/{t['won']['no_tool']}/{t['won']['both']}, push {t['push']:+.3f}, "
+            f"{t['steps_without_gradient']} of {len(credit['steps'])} steps without gradient, right answers with the "
+            f"tool {t['right_tool']} ({t['right_tool_copied']} copied), without {t['right_no_tool']}, tool-using "
+            f"answers one below the truth {t['one_below']}\n"
+        )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

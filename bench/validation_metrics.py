@@ -50,12 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         loop = metric_utils.process_validation_metrics(sources, uids, infos)
         loop_s = time.perf_counter() - started
+
     def flat(out: dict) -> dict:
         return {(s, v, m): x for s, d in out.items() for v, mm in d.items() for m, x in mm.items()}
 
     same = flat(patched) == flat(loop)
-    print(f"{len(uids)} samples, {len(set(uids))} prompts, {len(infos)} fields, {len(flat(loop))} metrics: "
-          f"per-draw loop {loop_s:.1f} s, patched {patched_s:.2f} s ({loop_s / patched_s:.0f}x); identical: {same}")
+    print(
+        f"{len(uids)} samples, {len(set(uids))} prompts, {len(infos)} fields, {len(flat(loop))} metrics: "
+        f"per-draw loop {loop_s:.1f} s, patched {patched_s:.2f} s ({loop_s / patched_s:.0f}x); identical: {same}"
+    )
     return 0 if same else 1
 
 

@@ -68,16 +68,18 @@ class _CountedTool:
 
 def _count_exception(agent_data: Any, exc: Exception) -> None:
     if agent_data is not None:
-        tool_outcomes.record(agent_data.extra_fields, {"status": "tool_exception"},
-                             problem="".join(traceback.format_exception(exc)))
+        tool_outcomes.record(
+            agent_data.extra_fields, {"status": "tool_exception"}, problem="".join(traceback.format_exception(exc))
+        )
 
 
 class RecipeToolAgentLoop(ToolAgentLoop):
     def __init__(self, *args, mask_unanswered_tool_calls: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.mask_unanswered_tool_calls = mask_unanswered_tool_calls
-        self.tools = {name: tool if isinstance(tool, FunctionTool) else _CountedTool(tool)
-                      for name, tool in self.tools.items()}
+        self.tools = {
+            name: tool if isinstance(tool, FunctionTool) else _CountedTool(tool) for name, tool in self.tools.items()
+        }
 
     async def _call_tool(self, tool_call: Any, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
         active = getattr(agent_data, "_active_tools", self.tools)

@@ -21,12 +21,24 @@ T = TypeVar("T")
 KEY = "cli_option"  # the key of a field's metadata that holds its command-line settings
 
 
-def option(default: Any = dataclasses.MISSING, *, help: str, choices: Iterable[str] | None = None,
-           metavar: str | None = None, minimum: float | None = None, **extra: Any) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    choices: Iterable[str] | None = None,
+    metavar: str | None = None,
+    minimum: float | None = None,
+    **extra: Any,
+) -> Any:
     """A dataclass field that is also a command-line option. ``minimum`` is checked by ``check_minimums``, not by
     argparse, so a dataclass made in code is held to it too; ``extra`` is kept in the metadata for the caller."""
-    meta = {"help": help, "choices": None if choices is None else list(choices), "metavar": metavar,
-            "minimum": minimum, **extra}
+    meta = {
+        "help": help,
+        "choices": None if choices is None else list(choices),
+        "metavar": metavar,
+        "minimum": minimum,
+        **extra,
+    }
     return dataclasses.field(default=default, metadata={KEY: meta})
 
 
@@ -61,13 +73,23 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if kind is bool:
             if required:
                 raise TypeError(f"{cls.__name__}.{field.name}: a switch needs a default")
-            parser.add_argument(flag(f"no_{field.name}" if field.default else field.name), dest=field.name,
-                                default=field.default, action="store_false" if field.default else "store_true",
-                                help=meta["help"])
+            parser.add_argument(
+                flag(f"no_{field.name}" if field.default else field.name),
+                dest=field.name,
+                default=field.default,
+                action="store_false" if field.default else "store_true",
+                help=meta["help"],
+            )
         else:
-            parser.add_argument(flag(field.name), type=kind, default=None if required else field.default,
-                                required=required, choices=meta["choices"], metavar=meta["metavar"],
-                                help=meta["help"])
+            parser.add_argument(
+                flag(field.name),
+                type=kind,
+                default=None if required else field.default,
+                required=required,
+                choices=meta["choices"],
+                metavar=meta["metavar"],
+                help=meta["help"],
+            )
 
 
 def from_args(cls: type[T], args: argparse.Namespace, **given: Any) -> T:

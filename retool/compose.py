@@ -26,16 +26,19 @@ def register_verl_configs() -> None:
         raise SystemExit("retool.compose: verl is not installed in this Python (scripts/setup.sh installs it)")
     init = Path(spec.origin).parent / "trainer" / "config" / "__init__.py"
     # the package's spec with its file loader (which reads its resources), the module itself never executed
-    module_spec = importlib.util.spec_from_file_location(VERL_CONFIGS, init,
-                                                         submodule_search_locations=[str(init.parent)])
+    module_spec = importlib.util.spec_from_file_location(
+        VERL_CONFIGS, init, submodule_search_locations=[str(init.parent)]
+    )
     module = importlib.util.module_from_spec(module_spec)
     sys.modules.setdefault(VERL_CONFIGS, module)
 
 
 @hydra.main(config_path=None, config_name=None, version_base=None)
 def main(config) -> None:
-    raise SystemExit("retool.compose prints a config and runs nothing: pass --cfg job --resolve "
-                     "(scripts/launch.sh does; to train, launch without DRY_RUN)")
+    raise SystemExit(
+        "retool.compose prints a config and runs nothing: pass --cfg job --resolve "
+        "(scripts/launch.sh does; to train, launch without DRY_RUN)"
+    )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,10 @@ class Change:
         return "no clear change"
 
     def sentence(self) -> str:
-        return (f"{self.metric} {self.before:.3f} -> {self.after:.3f} ({self.delta:+.3f}, 95% CI "
-                f"[{self.low:+.3f}, {self.high:+.3f}], {self.prompts} prompts): {self.verdict}")
+        return (
+            f"{self.metric} {self.before:.3f} -> {self.after:.3f} ({self.delta:+.3f}, 95% CI "
+            f"[{self.low:+.3f}, {self.high:+.3f}], {self.prompts} prompts): {self.verdict}"
+        )
 
 
 def t_quantile(df: int) -> float:
@@ -145,8 +147,10 @@ def select(records: list[dict[str, Any]], prompts: list[str] | None) -> list[dic
         return records
     chosen = [r for r in records if any(p in r["input"] for p in prompts)]
     if not chosen:
-        raise LearningDataError(f"none of {len(records)} records was prompted with one of the {len(prompts)} "
-                                "given user messages: wrong --val-file?")
+        raise LearningDataError(
+            f"none of {len(records)} records was prompted with one of the {len(prompts)} "
+            "given user messages: wrong --val-file?"
+        )
     return chosen
 
 
@@ -159,13 +163,22 @@ def paired_change(before: list[dict[str, Any]], after: list[dict[str, Any]], met
     diffs = [last[p] - first[p] for p in prompts]
     mean = statistics.fmean(diffs)
     half = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return Change(metric=metric, before=statistics.fmean(first[p] for p in prompts),
-                  after=statistics.fmean(last[p] for p in prompts), delta=mean, low=mean - half, high=mean + half,
-                  prompts=len(prompts), samples_before=len(before), samples_after=len(after))
+    return Change(
+        metric=metric,
+        before=statistics.fmean(first[p] for p in prompts),
+        after=statistics.fmean(last[p] for p in prompts),
+        delta=mean,
+        low=mean - half,
+        high=mean + half,
+        prompts=len(prompts),
+        samples_before=len(before),
+        samples_after=len(after),
+    )
 
 
-def validation_changes(folder: Path, prompts: list[str] | None = None,
-                       metrics: tuple[str, ...] = METRICS) -> dict[str, Change]:
+def validation_changes(
+    folder: Path, prompts: list[str] | None = None, metrics: tuple[str, ...] = METRICS
+) -> dict[str, Change]:
     """First vs last validation of a run, one Change per metric present in the dump."""
     steps = dumps_by_step(folder)
     if len(steps) < 2:
@@ -197,8 +210,10 @@ def group_key(record: dict[str, Any]) -> str:
     """The GRPO group of a dumped training sample: the prompt uid of verl's ``<uid>_<session>_<output>`` key."""
     key = record.get("uid")
     if not isinstance(key, str) or key.count("_") < 2:
-        raise LearningDataError(f"a training record has no '<uid>_<session>_<output>' uid (got {key!r}): not a dump "
-                                "of verl 0.9.1's v1 trainer")
+        raise LearningDataError(
+            f"a training record has no '<uid>_<session>_<output>' uid (got {key!r}): not a dump "
+            "of verl 0.9.1's v1 trainer"
+        )
     return key.rsplit("_", 2)[0]
 
 
@@ -246,24 +261,42 @@ def step_credit(records: list[dict[str, Any]]) -> dict[str, Any]:
     tool = [r for r in records if metric_value(r, "used_tool")]
     plain = [r for r in records if not metric_value(r, "used_tool")]
     right_tool = [r for r in tool if metric_value(r, "acc")]
-    return {"samples": len(records), "tool_samples": len(tool),
-            "tool_share": _mean([metric_value(r, "used_tool") for r in records]),
-            "acc_tool": _mean([metric_value(r, "acc") for r in tool]),
-            "acc_no_tool": _mean([metric_value(r, "acc") for r in plain]),
-            "no_answer": _mean([1.0 - float(r.get("has_answer", 1.0)) for r in records]),
-            "masked": _mean([float(r.get("trajectory_masked", 0.0)) for r in records]),
-            "groups": len(groups), "informative_groups": informative, "won": won, "push": round(push / len(records), 4),
-            "right_tool": len(right_tool), "right_tool_copied": sum(map(_copied_reply, right_tool)),
-            "right_no_tool": sum(int(metric_value(r, "acc")) for r in plain), "one_below": sum(map(_one_below, tool))}
+    return {
+        "samples": len(records),
+        "tool_samples": len(tool),
+        "tool_share": _mean([metric_value(r, "used_tool") for r in records]),
+        "acc_tool": _mean([metric_value(r, "acc") for r in tool]),
+        "acc_no_tool": _mean([metric_value(r, "acc") for r in plain]),
+        "no_answer": _mean([1.0 - float(r.get("has_answer", 1.0)) for r in records]),
+        "masked": _mean([float(r.get("trajectory_masked", 0.0)) for r in records]),
+        "groups": len(groups),
+        "informative_groups": informative,
+        "won": won,
+        "push": round(push / len(records), 4),
+        "right_tool": len(right_tool),
+        "right_tool_copied": sum(map(_copied_reply, right_tool)),
+        "right_no_tool": sum(int(metric_value(r, "acc")) for r in plain),
+        "one_below": sum(map(_one_below, tool)),
+    }
 
 
 def tool_credit(folder: Path) -> dict[str, Any]:
     """``{"steps": {step: step_credit}, "total": ...}`` of a run's training dumps (``trainer.rollout_data_dir``);
     the total sums the counts and the push over the steps."""
     steps = {step: step_credit(records) for step, records in dumps_by_step(folder).items()}
-    total: dict[str, Any] = {key: sum(s[key] for s in steps.values()) for key in
-                             ("samples", "tool_samples", "groups", "informative_groups", "right_tool",
-                              "right_tool_copied", "right_no_tool", "one_below")}
+    total: dict[str, Any] = {
+        key: sum(s[key] for s in steps.values())
+        for key in (
+            "samples",
+            "tool_samples",
+            "groups",
+            "informative_groups",
+            "right_tool",
+            "right_tool_copied",
+            "right_no_tool",
+            "one_below",
+        )
+    }
     total["won"] = {kind: sum(s["won"][kind] for s in steps.values()) for kind in ("tool", "no_tool", "both")}
     total["push"] = round(sum(s["push"] for s in steps.values()), 4)
     total["steps_without_gradient"] = sum(s["informative_groups"] == 0 for s in steps.values())
@@ -273,9 +306,11 @@ def tool_credit(folder: Path) -> dict[str, Any]:
 def report(validation: Path, rollouts: Path | None = None, val_file: Path | None = None) -> dict[str, Any]:
     """The JSON-able learning report of one run."""
     changes = validation_changes(validation, user_messages(val_file) if val_file else None)
-    out: dict[str, Any] = {"val_file": str(val_file) if val_file else None,
-                           "changes": {k: {**asdict(c), "verdict": c.verdict} for k, c in changes.items()},
-                           "sentences": [c.sentence() for c in changes.values()]}
+    out: dict[str, Any] = {
+        "val_file": str(val_file) if val_file else None,
+        "changes": {k: {**asdict(c), "verdict": c.verdict} for k, c in changes.items()},
+        "sentences": [c.sentence() for c in changes.values()],
+    }
     if rollouts is not None:
         out["training_curve"] = training_curve(rollouts)
         try:

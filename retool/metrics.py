@@ -82,8 +82,11 @@ def summarize(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError("summarize: no samples to aggregate")
     groups: dict[Hashable, list[Mapping[str, Any]]] = {}
     for index, record in enumerate(samples):
-        missing = [key for key in ("problem_id", "correct", "pred", "num_turns", "tool_calls", "tool_errors")
-                   if key not in record]
+        missing = [
+            key
+            for key in ("problem_id", "correct", "pred", "num_turns", "tool_calls", "tool_errors")
+            if key not in record
+        ]
         if missing:
             raise ValueError(f"summarize: sample #{index} lacks keys {missing}")
         groups.setdefault(record["problem_id"], []).append(record)

@@ -41,21 +41,28 @@ def commands(stage: str, run_dir: Path) -> list[str]:
     if os.environ.get("SHAKEDOWN") == "1":  # retool/shakedown/: both stages in one folder, then the checklist
         if stage == "sft":
             merged = run_dir / "sft_merged"
-            return [f"# Shakedown SFT done: merged to {merged} and loaded. Its RL stage, in the same folder:",
-                    f"SHAKEDOWN=1 RUN_DIR={run_dir} PROFILE={profile} MODEL_PATH={merged} {rl_launcher}"]
-        return ["# Shakedown done: two RL steps, then a resume from step 1. Its checklist:",
-                f"retool-shakedown {run_dir}"]
+            return [
+                f"# Shakedown SFT done: merged to {merged} and loaded. Its RL stage, in the same folder:",
+                f"SHAKEDOWN=1 RUN_DIR={run_dir} PROFILE={profile} MODEL_PATH={merged} {rl_launcher}",
+            ]
+        return [
+            "# Shakedown done: two RL steps, then a resume from step 1. Its checklist:",
+            f"retool-shakedown {run_dir}",
+        ]
     if stage == "sft":
-        return [f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
-                f"python -m verl.model_merger merge --backend fsdp --local_dir {step} "
-                f"--target_dir {run_dir / 'merged'}",
-                f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} {rl_launcher}"]
-    return [f"# RL done: {step}. Curves and a report, then evaluate the merged actor:",
-            f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'} --output {run_dir / 'report'}",
-            f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} "
-            f"--target_dir {run_dir / 'merged'}",
-            f"retool-eval --model {run_dir / 'merged'} --profile {profile} --data retool/datasets/aime2025/test.jsonl "
-            f"--n 30 --sandbox-url http://127.0.0.1:8080 --output {run_dir / 'eval'} {eval_device(run_dir)}"]
+        return [
+            f"# SFT done: {step}. Its Hugging Face copy is {step / 'huggingface'}; RL can start from it, or merge:",
+            f"python -m verl.model_merger merge --backend fsdp --local_dir {step} --target_dir {run_dir / 'merged'}",
+            f"PROFILE={profile} MODEL_PATH={step / 'huggingface'} {rl_launcher}",
+        ]
+    return [
+        f"# RL done: {step}. Curves and a report, then evaluate the merged actor:",
+        f"retool-report --logdir {run_dir / 'tensorboard' / 'rl'} --output {run_dir / 'report'}",
+        f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} "
+        f"--target_dir {run_dir / 'merged'}",
+        f"retool-eval --model {run_dir / 'merged'} --profile {profile} --data retool/datasets/aime2025/test.jsonl "
+        f"--n 30 --sandbox-url http://127.0.0.1:8080 --output {run_dir / 'eval'} {eval_device(run_dir)}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the stage's run folder (RUN_DIR)")
     args = parser.parse_args(argv)
     if not (args.run_dir / f"{args.stage}.resolved.yaml").is_file():
-        print(f"error: {args.run_dir} holds no {args.stage}.resolved.yaml: not a {args.stage} run folder",
-              file=sys.stderr)
+        print(
+            f"error: {args.run_dir} holds no {args.stage}.resolved.yaml: not a {args.stage} run folder", file=sys.stderr
+        )
         return 1
     print("\n".join(commands(args.stage, args.run_dir)))
     return 0

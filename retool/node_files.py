@@ -27,8 +27,9 @@ from retool.verl_install import tree_sha256
 
 PACKAGES = ("retool", "retool_sandbox", "verl")
 MARKER_PREFIX = ".node-check-"
-SAME_CLONE = ("Fix: one container image and the clone at the same path on every node, at the same commit "
-              "(docs/multinode.md)")
+SAME_CLONE = (
+    "Fix: one container image and the clone at the same path on every node, at the same commit (docs/multinode.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,11 @@ def shared_markers(folders: Iterable[Path]) -> Iterator[dict[str, str]]:
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / name).write_text(name)
             except OSError as exc:
-                raise UnwritableFolder(f"cannot write into {folder} ({exc}). Fix: a RUN_DIR (and "
-                                       "trainer.default_local_dir) this user can write, on storage every node "
-                                       "mounts") from exc
+                raise UnwritableFolder(
+                    f"cannot write into {folder} ({exc}). Fix: a RUN_DIR (and "
+                    "trainer.default_local_dir) this user can write, on storage every node "
+                    "mounts"
+                ) from exc
             written.append(folder / name)
         yield {str(path.parent): name for path in written}
     finally:
@@ -92,19 +95,27 @@ def check_files(files: Files, result: Check) -> None:
         if mine is None:
             result.bad(f"{name} is not importable here (the launching host has it at {head[0]}). {SAME_CLONE}")
         elif mine[0] != head[0]:
-            result.bad(f"{name} is imported from {mine[0]} here, from {head[0]} on the launching host: the config's "
-                       f"paths point into the launching host's clone. {SAME_CLONE}")
+            result.bad(
+                f"{name} is imported from {mine[0]} here, from {head[0]} on the launching host: the config's "
+                f"paths point into the launching host's clone. {SAME_CLONE}"
+            )
         else:
             what = "another verl release or patch set" if name == "verl" else "another commit or local edits"
             result.bad(f"{name} at {mine[0]} holds other files than on the launching host ({what}). {SAME_CLONE}")
     for folder, marker in files.shared.items():
         if not (Path(folder) / marker).is_file():
-            result.bad(f"{folder} is not the launching host's folder here: the file {marker} written there just now "
-                       "is missing, so this node's checkpoint shards and logs would never reach the head. Fix: the "
-                       "run folder (RUN_DIR) on storage every node mounts at the same path (docs/multinode.md)")
+            result.bad(
+                f"{folder} is not the launching host's folder here: the file {marker} written there just now "
+                "is missing, so this node's checkpoint shards and logs would never reach the head. Fix: the "
+                "run folder (RUN_DIR) on storage every node mounts at the same path (docs/multinode.md)"
+            )
     if files.model and not Path(os.path.expanduser(files.model)).is_dir():
-        result.bad(f"the model {files.model} is not here (resolved in {os.getcwd()}). Fix: an absolute MODEL_PATH "
-                   "on storage every node mounts, or a copy at the same path on each node")
+        result.bad(
+            f"the model {files.model} is not here (resolved in {os.getcwd()}). Fix: an absolute MODEL_PATH "
+            "on storage every node mounts, or a copy at the same path on each node"
+        )
     if len(result.details) == before:
-        result.ok("the recipe and verl as on the launching host (same paths, same files); the run folder shared"
-                  + ("; the model found" if files.model else ""))
+        result.ok(
+            "the recipe and verl as on the launching host (same paths, same files); the run folder shared"
+            + ("; the model found" if files.model else "")
+        )

@@ -72,8 +72,11 @@ def constraints_text(versions: dict[str, str | None]) -> str:
 
 def changes(before: dict[str, str | None], after: dict[str, str | None]) -> list[str]:
     """'torch 2.10.0 -> 2.11.0' for every package of the stack whose version differs."""
-    return [f"{name} {before.get(name) or '(absent)'} -> {after.get(name) or '(absent)'}"
-            for name in IMAGE_STACK if before.get(name) != after.get(name)]
+    return [
+        f"{name} {before.get(name) or '(absent)'} -> {after.get(name) or '(absent)'}"
+        for name in IMAGE_STACK
+        if before.get(name) != after.get(name)
+    ]
 
 
 def planned_changes(report: dict, before: dict[str, str | None]) -> list[str]:
@@ -92,11 +95,18 @@ def refusal(what: list[str], detail: str = "") -> StackGuardError:
         f"this would replace the image's device stack: {'; '.join(what)}. torch, torch-npu, vllm and vllm-ascend "
         "come from the container image as one set built for its CANN; nothing of them may come from pip. Drop the "
         "requirement that needs another version, or use an image that has it (pins: [tool.retool.npu_image] in "
-        f"pyproject.toml; docs/install.md).{detail}")
+        f"pyproject.toml; docs/install.md).{detail}"
+    )
 
 
-def pip_install(python: str, constraints: Path, requirements: Path | None, extra: list[str], dry_run: bool,
-                before: dict[str, str | None]) -> dict | None:
+def pip_install(
+    python: str,
+    constraints: Path,
+    requirements: Path | None,
+    extra: list[str],
+    dry_run: bool,
+    before: dict[str, str | None],
+) -> dict | None:
     """Run pip with the constraints; return the --report plan in dry-run mode. A resolver conflict on one of the
     stack packages becomes a refusal naming it."""
     cmd = [python, "-m", "pip", "install", "-c", str(constraints)]
@@ -149,8 +159,16 @@ def _conflict_lines(output: str) -> str:
     return (found.group(0) if found else output[-1500:]).rstrip()
 
 
-def install(python: str, requirements: Path | None, extra: list[str], constraints: Path, dry_run: bool,
-            with_verl: bool, verl_source: str, allow_missing: bool) -> dict[str, str | None]:
+def install(
+    python: str,
+    requirements: Path | None,
+    extra: list[str],
+    constraints: Path,
+    dry_run: bool,
+    with_verl: bool,
+    verl_source: str,
+    allow_missing: bool,
+) -> dict[str, str | None]:
     """The whole guarded install (module docstring). Returns the stack's versions, unchanged."""
     before = installed_versions(python)
     absent = [name for name, version in before.items() if version is None]
@@ -158,25 +176,32 @@ def install(python: str, requirements: Path | None, extra: list[str], constraint
         raise StackGuardError(
             f"{python} has no {', '.join(absent)}: this is not the vllm-ascend image's Python. Run this inside the "
             "container (docs/install.md) or set PYTHON to the image's interpreter; --allow-missing protects only "
-            "what is installed")
+            "what is installed"
+        )
     constraints.parent.mkdir(parents=True, exist_ok=True)
     constraints.write_text(constraints_text(before))
-    print(f"image stack (pinned in {constraints}): "
-          + ", ".join(f"{name} {version or '(absent)'}" for name, version in before.items()), flush=True)
+    print(
+        f"image stack (pinned in {constraints}): "
+        + ", ".join(f"{name} {version or '(absent)'}" for name, version in before.items()),
+        flush=True,
+    )
     report = pip_install(python, constraints, requirements, extra, dry_run, before)
     if report is not None:
         planned = planned_changes(report, before)
         if planned:
             raise refusal(planned)
-        names = sorted(f"{item['metadata']['name']} {item['metadata']['version']}"
-                       for item in report.get("install", []))
+        names = sorted(
+            f"{item['metadata']['name']} {item['metadata']['version']}" for item in report.get("install", [])
+        )
         print(f"dry run: pip would install {len(names)} packages, none of the image's stack:\n  " + "\n  ".join(names))
         return before
     _verify(python, before, "pip install of the requirements")
     if with_verl:
         # pip reads PIP_CONSTRAINT as a space-separated list: the user's own constraints stay in force.
-        env = {**os.environ,
-               "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT"), str(constraints)]))}
+        env = {
+            **os.environ,
+            "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT"), str(constraints)])),
+        }
         cmd = [python, "-m", "retool.verl_install", "install", "--python", python, "--source", verl_source]
         print(f"$ PIP_CONSTRAINT='{env['PIP_CONSTRAINT']}' {' '.join(cmd)}", flush=True)
         if subprocess.run(cmd, cwd=REPO_ROOT, env=env).returncode != 0:
@@ -190,35 +215,60 @@ def _verify(python: str, before: dict[str, str | None], step: str) -> None:
     if changed:
         raise StackGuardError(
             f"{step} changed the image's device stack: {'; '.join(changed)}. Start a fresh container from the image "
-            "and report the requirement that pulled it in")
+            "and report the requirement that pulled it in"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.npu_install", description=__doc__.split("\n\n")[0])
-    parser.add_argument("requirements_extra", nargs="*", metavar="REQUIREMENT",
-                        help="further requirements to install under the same guard")
-    parser.add_argument("--requirements", type=Path, default=REPO_ROOT / "requirements.txt",
-                        help="requirements file (default: the checkout's requirements.txt)")
+    parser.add_argument(
+        "requirements_extra",
+        nargs="*",
+        metavar="REQUIREMENT",
+        help="further requirements to install under the same guard",
+    )
+    parser.add_argument(
+        "--requirements",
+        type=Path,
+        default=REPO_ROOT / "requirements.txt",
+        help="requirements file (default: the checkout's requirements.txt)",
+    )
     parser.add_argument("--no-requirements", action="store_true", help="install only the REQUIREMENTs given")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose environment is installed into")
-    parser.add_argument("--constraints", type=Path, default=DEFAULT_CONSTRAINTS,
-                        help="where the constraints file is written (default: %(default)s)")
+    parser.add_argument(
+        "--constraints",
+        type=Path,
+        default=DEFAULT_CONSTRAINTS,
+        help="where the constraints file is written (default: %(default)s)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="resolve only and show the plan (pip --dry-run)")
     parser.add_argument("--no-verl", action="store_true", help="skip the patched verl install")
     parser.add_argument("--verl-source", choices=("sdist", "git"), default="sdist")
-    parser.add_argument("--allow-missing", action="store_true",
-                        help="protect only the stack packages that are installed (default: all four must be)")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="protect only the stack packages that are installed (default: all four must be)",
+    )
     args = parser.parse_args(argv)
     try:
-        versions = install(args.python, None if args.no_requirements else args.requirements, args.requirements_extra,
-                           args.constraints, args.dry_run, not (args.no_verl or args.dry_run), args.verl_source,
-                           args.allow_missing)
+        versions = install(
+            args.python,
+            None if args.no_requirements else args.requirements,
+            args.requirements_extra,
+            args.constraints,
+            args.dry_run,
+            not (args.no_verl or args.dry_run),
+            args.verl_source,
+            args.allow_missing,
+        )
     except StackGuardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not args.dry_run:
-        print("done; the image's stack is unchanged: "
-              + ", ".join(f"{name} {version}" for name, version in versions.items() if version))
+        print(
+            "done; the image's stack is unchanged: "
+            + ", ".join(f"{name} {version}" for name, version in versions.items() if version)
+        )
     return 0
 
 

@@ -52,16 +52,28 @@ def get_profile(name: str) -> Profile:
 
 def add_profile_arguments(parser: argparse.ArgumentParser, tool_config: bool = False) -> None:
     """``--profile``, and ``--prompt-style`` (plus ``--tool-config`` when asked) that default to the profile's."""
-    parser.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
-                        help="reference (the reference run's prompts and tool, default) or improved; sets the "
-                             "defaults of the options below (docs/reference.md)")
-    parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=None,
-                        help="user prompt wording: verl_retool (the reference's) or qwen_boxed (question + 'Please "
-                             "reason step by step, ...'); default: the profile's")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=DEFAULT_PROFILE,
+        help="reference (the reference run's prompts and tool, default) or improved; sets the "
+        "defaults of the options below (docs/reference.md)",
+    )
+    parser.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default=None,
+        help="user prompt wording: verl_retool (the reference's) or qwen_boxed (question + 'Please "
+        "reason step by step, ...'); default: the profile's",
+    )
     if tool_config:
-        parser.add_argument("--tool-config", type=Path, default=None,
-                            help="tool YAML whose schema the rows carry; default: the profile's (configs/tool.yaml "
-                                 "or configs/tool_annotated.yaml)")
+        parser.add_argument(
+            "--tool-config",
+            type=Path,
+            default=None,
+            help="tool YAML whose schema the rows carry; default: the profile's (configs/tool.yaml "
+            "or configs/tool_annotated.yaml)",
+        )
 
 
 def resolve_profile_arguments(args: argparse.Namespace) -> None:
@@ -100,23 +112,29 @@ def check_data(profile: Profile, sft: Path | None = None, rl: tuple[Path, ...] =
         for number, row in enumerate(_rows(sft, ["messages", "tools"])):
             tools = row["tools"] or []
             if tools and tools[0] != schema:
-                problems.append(f"{sft} row {number}: its tool schema is not the {profile.name} profile's "
-                                f"({profile.tool_config}): the model would learn a schema text that RL never shows; "
-                                f"{fix}")
+                problems.append(
+                    f"{sft} row {number}: its tool schema is not the {profile.name} profile's "
+                    f"({profile.tool_config}): the model would learn a schema text that RL never shows; "
+                    f"{fix}"
+                )
                 break
             user = next((m["content"] for m in row["messages"] if m["role"] == "user"), "")
             wording = "qwen_boxed" if user.rstrip().endswith(ANSWER_INSTRUCTION) else "verl_retool"
             if wording != profile.prompt_style:
-                problems.append(f"{sft} row {number}: its user turn has the {wording} wording, the {profile.name} "
-                                f"profile writes {profile.prompt_style}; {fix}")
+                problems.append(
+                    f"{sft} row {number}: its user turn has the {wording} wording, the {profile.name} "
+                    f"profile writes {profile.prompt_style}; {fix}"
+                )
                 break
     for path in rl:
         for number, row in enumerate(_rows(path, ["prompt"])):
             user = next((m["content"] for m in row["prompt"] if m["role"] == "user"), "")
             style = prompt_style_of(user)
             if style != profile.prompt_style:
-                problems.append(f"{path} row {number}: its prompt has the {style or 'unknown'} wording, the "
-                                f"{profile.name} profile writes {profile.prompt_style}; {fix}")
+                problems.append(
+                    f"{path} row {number}: its prompt has the {style or 'unknown'} wording, the "
+                    f"{profile.name} profile writes {profile.prompt_style}; {fix}"
+                )
                 break
     return problems
 
@@ -143,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--profile", choices=sorted(PROFILES), required=True)
     check.add_argument("--sft", type=Path, default=None, help="an SFT parquet (retool_sft_preprocess.py)")
     check.add_argument("--rl", type=Path, action="append", default=[], help="an RL parquet (retool-prepare-rl)")
-    check.add_argument("--config", type=Path, default=None,
-                       help="a resolved stage config (<stage>.resolved.yaml): check its data.train_files and "
-                            "data.val_files (the launchers do this before every run)")
+    check.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a resolved stage config (<stage>.resolved.yaml): check its data.train_files and "
+        "data.val_files (the launchers do this before every run)",
+    )
     args = parser.parse_args(argv)
     sft, rl = args.sft, list(args.rl)
     if args.config is not None:

@@ -72,9 +72,11 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def config_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: saved -> new`` for every key that matters and differs."""
     old, now = flatten(saved), flatten(new)
-    return [f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
-            for key in sorted(old.keys() | now.keys())
-            if old.get(key) != now.get(key) and not key.startswith(RESUME_FREE)]
+    return [
+        f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
+        for key in sorted(old.keys() | now.keys())
+        if old.get(key) != now.get(key) and not key.startswith(RESUME_FREE)
+    ]
 
 
 def worker_env(config: dict[str, Any]) -> dict[str, Any]:
@@ -88,8 +90,11 @@ def take_launch_environment(saved_path: Path, new: dict[str, Any]) -> list[str]:
 
     saved = OmegaConf.load(saved_path)
     old, now = worker_env(OmegaConf.to_container(saved)), worker_env(new)
-    changed = [f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
-               for key in sorted(old.keys() | now.keys()) if old.get(key) != now.get(key)]
+    changed = [
+        f"{key}: {old.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
+        for key in sorted(old.keys() | now.keys())
+        if old.get(key) != now.get(key)
+    ]
     if old.get("TENSORBOARD_DIR") and old.get("TENSORBOARD_DIR") != now.get("TENSORBOARD_DIR"):
         history = saved_path.parent / EARLIER_EVENT_DIRS
         history.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +128,10 @@ def latest_checkpoint(checkpoint_dir: Path) -> int | None:
         return None
     step = int(marker.read_text().strip())
     if not (checkpoint_dir / f"global_step_{step}").is_dir():
-        raise ResumeError(f"{marker} names step {step}, but {checkpoint_dir}/global_step_{step} is missing: the "
-                          "checkpoint folder was edited; restore it or start a new RUN_DIR")
+        raise ResumeError(
+            f"{marker} names step {step}, but {checkpoint_dir}/global_step_{step} is missing: the "
+            "checkpoint folder was edited; restore it or start a new RUN_DIR"
+        )
     return step
 
 
@@ -176,8 +183,10 @@ def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> 
     if differences:
         raise ResumeError(
             f"RUN_DIR={run_dir} was started with another {stage} config ({saved_path}); resuming it would train "
-            "something else:\n  " + "\n  ".join(differences[:20])
-            + "\nResume with the same launcher, profile, data and overrides, or start a new RUN_DIR")
+            "something else:\n  "
+            + "\n  ".join(differences[:20])
+            + "\nResume with the same launcher, profile, data and overrides, or start a new RUN_DIR"
+        )
     if not clean:
         return []
     trainer = saved.get("trainer") or {}
@@ -191,27 +200,38 @@ def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> 
     for change in take_launch_environment(saved_path, new):
         print(f"[resume] the workers take this launch's {change}", file=sys.stderr)
     if step is None:
-        print(f"[resume] no checkpoint in {checkpoint_dir} yet: {stage} starts again from step 0 "
-              f"({removed} TensorBoard points of the crashed run removed)", file=sys.stderr)
+        print(
+            f"[resume] no checkpoint in {checkpoint_dir} yet: {stage} starts again from step 0 "
+            f"({removed} TensorBoard points of the crashed run removed)",
+            file=sys.stderr,
+        )
         return []
-    print(f"[resume] {stage} continues after the checkpoint of step {step} in {checkpoint_dir} "
-          f"({removed} TensorBoard points logged after it removed)", file=sys.stderr)
+    print(
+        f"[resume] {stage} continues after the checkpoint of step {step} in {checkpoint_dir} "
+        f"({removed} TensorBoard points logged after it removed)",
+        file=sys.stderr,
+    )
     if stage == "sft":
         return []
     test_freq = int(trainer.get("test_freq") or 0)
     validated_then = (test_freq > 0 and step % test_freq == 0) or (step == 0 and trainer.get("val_before_train"))
     validated_logged = any(tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step)
     if step > 0 and not any(not tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step):
-        print(f"[resume] the crashed run saved step {step} but died before logging it: that step's training "
-              "scalars stay missing from TensorBoard", file=sys.stderr)
+        print(
+            f"[resume] the crashed run saved step {step} but died before logging it: that step's training "
+            "scalars stay missing from TensorBoard",
+            file=sys.stderr,
+        )
     return [f"trainer.val_before_train={bool(validated_then and not validated_logged)}"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.resume", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    prep = sub.add_parser("prepare", help="check a run folder for a resume and clean its TensorBoard events; "
-                                          "prints verl overrides, one per line")
+    prep = sub.add_parser(
+        "prepare",
+        help="check a run folder for a resume and clean its TensorBoard events; prints verl overrides, one per line",
+    )
     prep.add_argument("--stage", choices=["sft", "rl"], required=True)
     prep.add_argument("--run-dir", type=Path, required=True)
     prep.add_argument("--new-config", type=Path, required=True, help="the config resolved for this launch")

@@ -29,8 +29,11 @@ class DistinctPromptFilterDataset(RLHFDataset):
 
     def maybe_filter_out_long_prompts(self, dataframe=None):
         groups = None
-        if self.filter_overlong_prompts and self.processor is None and not (
-                {self.image_key, self.video_key, self.audio_key} & set(dataframe.column_names)):
+        if (
+            self.filter_overlong_prompts
+            and self.processor is None
+            and not ({self.image_key, self.video_key, self.audio_key} & set(dataframe.column_names))
+        ):
             groups = prompt_groups(dataframe, self.prompt_key)
         if groups is None:
             return super().maybe_filter_out_long_prompts(dataframe)
@@ -65,16 +68,20 @@ def _is_text_messages(kind: pa.DataType) -> bool:
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
         return False
     fields = {field.name: field.type for field in kind.value_type}
-    return all(name in fields and (pa.types.is_string(fields[name]) or pa.types.is_large_string(fields[name]))
-               for name in ("role", "content"))
+    return all(
+        name in fields and (pa.types.is_string(fields[name]) or pa.types.is_large_string(fields[name]))
+        for name in ("role", "content")
+    )
 
 
 def _chunk_keys(chunk: pa.Array) -> pa.Array:
     """One string per prompt: role and text of each message, joined with separators that text does not hold."""
     messages = chunk.flatten()  # the chunk's own messages, slice offsets accounted for
-    texts = pc.binary_join_element_wise(pc.struct_field(messages, "role").cast(pa.large_string()),
-                                        pc.struct_field(messages, "content").cast(pa.large_string()),
-                                        pa.scalar("\x1f", pa.large_string()))
+    texts = pc.binary_join_element_wise(
+        pc.struct_field(messages, "role").cast(pa.large_string()),
+        pc.struct_field(messages, "content").cast(pa.large_string()),
+        pa.scalar("\x1f", pa.large_string()),
+    )
     offsets = pc.subtract(chunk.offsets, chunk.offsets[0])
     lists = pa.LargeListArray.from_arrays(offsets.cast(pa.int64()), texts, mask=chunk.is_null())
     return pc.binary_join(lists, pa.scalar("\x1e", pa.large_string()))

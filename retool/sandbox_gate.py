@@ -27,7 +27,7 @@ HOW_TO_FIX = (
     "install bubblewrap where the sandbox runs (Debian/Ubuntu: apt-get install -y bubblewrap; openEuler, CentOS, "
     "RHEL: dnf install -y bubblewrap) and restart `retool-sandbox serve`; inside a container bwrap also needs "
     "--privileged, or --cap-add CAP_SYS_ADMIN --cap-add CAP_NET_ADMIN with the security options that "
-    "docs/sandbox.md (\"Containers\") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker "
+    'docs/sandbox.md ("Containers") lists; `retool-sandbox probe` says why bwrap cannot start. To run with a weaker '
     f"tier anyway, accept the risk explicitly: {ACCEPT_VARIABLE}=1"
 )
 # The program runs once: the server answered /health a moment before, and the run's own client rides out restarts.
@@ -49,13 +49,16 @@ def restart_grace_s(environ: Mapping[str, str] = os.environ) -> float:
     except ValueError:
         seconds = float("nan")
     if not 0 <= seconds < float("inf"):
-        raise ValueError(f"{GRACE_VARIABLE}={text!r} is not a number of seconds (0 or more); unset it for the "
-                         f"default {RESTART_GRACE_S:g}")
+        raise ValueError(
+            f"{GRACE_VARIABLE}={text!r} is not a number of seconds (0 or more); unset it for the "
+            f"default {RESTART_GRACE_S:g}"
+        )
     return seconds
 
 
-def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ,
-                      restart_grace: float | None = None) -> tuple[bool, str]:
+def isolation_verdict(
+    url: str, environ: Mapping[str, str] = os.environ, restart_grace: float | None = None
+) -> tuple[bool, str]:
     """(may the run go on, what to say). Unreachable sandboxes and bad URLs never may; a port that refuses
     connections is waited for ``restart_grace`` seconds (None: ``restart_grace_s(environ)``)."""
     try:
@@ -66,8 +69,11 @@ def isolation_verdict(url: str, environ: Mapping[str, str] = os.environ,
     tier = health.get("isolation") if health else None
     if tier in STRONG_TIERS:
         return True, f"sandbox {client.base}: isolation {tier}"
-    what = (f"isolation '{tier}' (weaker than bwrap: model code shares the host's network and files)" if tier else
-            "no /health, so its isolation is unknown (SandboxFusion's default is none: code runs as the server's user)")
+    what = (
+        f"isolation '{tier}' (weaker than bwrap: model code shares the host's network and files)"
+        if tier
+        else "no /health, so its isolation is unknown (SandboxFusion's default is none: code runs as the server's user)"
+    )
     if environ.get(ACCEPT_VARIABLE) == "1":
         return True, f"warning: sandbox {client.base} has {what}; accepted by {ACCEPT_VARIABLE}=1"
     return False, f"sandbox {client.base} has {what}. Fix: {HOW_TO_FIX}"
@@ -93,8 +99,9 @@ def _refused(exc: SandboxUnreachable) -> bool:
     return isinstance(getattr(cause, "reason", cause), ConnectionRefusedError)
 
 
-def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ,
-                    restart_grace: float | None = None) -> tuple[bool, str]:
+def sandbox_verdict(
+    url: str, environ: Mapping[str, str] = os.environ, restart_grace: float | None = None
+) -> tuple[bool, str]:
     """``isolation_verdict``, then one program: may the run go on, and what to say."""
     ok, message = isolation_verdict(url, environ, restart_grace)
     if not ok:
@@ -104,11 +111,15 @@ def sandbox_verdict(url: str, environ: Mapping[str, str] = os.environ,
     stdout = str(reply.run_result.get("stdout", "")).strip()
     if reply.status == "ok" and stdout == "42":
         return True, f"{message}; ran print(6*7)"
-    detail = reply.problem or f"outcome {reply.status}, stdout {stdout[:100]!r}, stderr " \
-                              f"{str(reply.run_result.get('stderr', ''))[-300:]!r}"
-    return False, (f"sandbox {client.base} answers but did not run print(6*7): {detail}. Fix: its log says why "
-                   "(the interpreter it runs, --python; limits such as --max-timeout); `retool-sandbox probe` tests "
-                   "every tier")
+    detail = (
+        reply.problem
+        or f"outcome {reply.status}, stdout {stdout[:100]!r}, stderr {str(reply.run_result.get('stderr', ''))[-300:]!r}"
+    )
+    return False, (
+        f"sandbox {client.base} answers but did not run print(6*7): {detail}. Fix: its log says why "
+        "(the interpreter it runs, --python; limits such as --max-timeout); `retool-sandbox probe` tests "
+        "every tier"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

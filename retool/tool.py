@@ -54,8 +54,11 @@ class CodeInterpreterTool(BaseTool):
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None):
         self.settings = ToolSettings.from_config(dict(config or {}))
         super().__init__(config, tool_schema)
-        self.client = SandboxClient(self.settings.sandbox_fusion_url, self.settings.client_policy(),
-                                    max_concurrency=self.settings.max_concurrency)
+        self.client = SandboxClient(
+            self.settings.sandbox_fusion_url,
+            self.settings.client_policy(),
+            max_concurrency=self.settings.max_concurrency,
+        )
         self._instance_sessions: set[str] = set()
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -98,8 +101,9 @@ class CodeInterpreterTool(BaseTool):
             text, metrics = tool_text.bad_argument_text(code), _metrics("bad_input")
         else:
             try:
-                reply = await self.client.run(tool_text.prepare_code(code, behaviour),
-                                              session_id=self._session_id(instance_id, agent_data))
+                reply = await self.client.run(
+                    tool_text.prepare_code(code, behaviour), session_id=self._session_id(instance_id, agent_data)
+                )
                 text, metrics = self.reply_text(reply)
                 problem = reply.problem if reply.status in ("unavailable", "sandbox_error") else None
             except Exception as exc:  # last resort: a bug here must not kill the rollout; it is counted instead
@@ -107,8 +111,9 @@ class CodeInterpreterTool(BaseTool):
                 problem = "".join(traceback.format_exception(exc))
                 # worded as a reply that never came (which it is), without the sandbox-unavailable warning
                 missing = Reply("unavailable", problem=f"internal tool error {type(exc).__name__}: {exc}")
-                text, _ = tool_text.reply_text(missing, behaviour, self.settings.default_timeout,
-                                               self.settings.max_output_chars)
+                text, _ = tool_text.reply_text(
+                    missing, behaviour, self.settings.default_timeout, self.settings.max_output_chars
+                )
                 metrics = _metrics("tool_exception")
         metrics["latency_s"] = time.monotonic() - started
         if agent_data is not None:
@@ -124,12 +129,19 @@ class CodeInterpreterTool(BaseTool):
         if reply.status == "unavailable":
             logger.warning("code_interpreter: sandbox unavailable: %s", reply.problem)
         text, cut = tool_text.reply_text(reply, s.behaviour, s.default_timeout, s.max_output_chars)
-        metrics = _metrics(reply.status, retries=reply.retries, truncated_chars=cut,
-                           session_lost=int(bool(reply.session_lost)))
+        metrics = _metrics(
+            reply.status, retries=reply.retries, truncated_chars=cut, session_lost=int(bool(reply.session_lost))
+        )
         return text, metrics
 
 
 def _metrics(status: str, **values: int) -> dict[str, Any]:
-    return {"status": status, "timed_out": int(status == "timeout"),
-            "sandbox_error": int(status in ("sandbox_error", "unavailable")), "truncated_chars": 0, "retries": 0,
-            "session_lost": 0, **values}
+    return {
+        "status": status,
+        "timed_out": int(status == "timeout"),
+        "sandbox_error": int(status in ("sandbox_error", "unavailable")),
+        "truncated_chars": 0,
+        "retries": 0,
+        "session_lost": 0,
+        **values,
+    }

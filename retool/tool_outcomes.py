@@ -25,8 +25,18 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-OUTCOME_KEYS = ("tool_calls", "tool_ok", "tool_error", "tool_timeout", "tool_unavailable", "tool_exception",
-                "tool_truncated", "tool_retried", "tool_session_lost", "trajectory_masked")
+OUTCOME_KEYS = (
+    "tool_calls",
+    "tool_ok",
+    "tool_error",
+    "tool_timeout",
+    "tool_unavailable",
+    "tool_exception",
+    "tool_truncated",
+    "tool_retried",
+    "tool_session_lost",
+    "trajectory_masked",
+)
 PROBLEM_FIELD = "retool_tool_problem"
 _KEY_OF_STATUS = {
     "ok": "tool_ok",

@@ -25,19 +25,24 @@ _TEXTS = {
 }
 # With session_mode per_trajectory the model must know that its earlier calls' state is still there.
 _STATEFUL = {
-    "verl_retool": ("A tool for executing code.", "A tool for executing code. Variables, imports and files persist "
-                    "between the calls of one conversation."),
-    "annotated": ("Each call starts a fresh interpreter, so define everything you use.",
-                  "Calls of one conversation share one interpreter: variables, imports and files persist from call "
-                  "to call."),
+    "verl_retool": (
+        "A tool for executing code.",
+        "A tool for executing code. Variables, imports and files persist between the calls of one conversation.",
+    ),
+    "annotated": (
+        "Each call starts a fresh interpreter, so define everything you use.",
+        "Calls of one conversation share one interpreter: variables, imports and files persist from call to call.",
+    ),
 }
 
 
 def tool_schema(behaviour: str = "verl_retool", session_mode: str = "stateless") -> dict[str, Any]:
     """A fresh schema dict (JSON-compatible, safe to mutate) for the tool's behaviour and session mode."""
     if behaviour not in BEHAVIOURS or session_mode not in SESSION_MODES:
-        raise ValueError(f"no schema for behaviour {behaviour!r} / session_mode {session_mode!r}: behaviour is one of "
-                         f"{list(BEHAVIOURS)}, session_mode one of {list(SESSION_MODES)}")
+        raise ValueError(
+            f"no schema for behaviour {behaviour!r} / session_mode {session_mode!r}: behaviour is one of "
+            f"{list(BEHAVIOURS)}, session_mode one of {list(SESSION_MODES)}"
+        )
     description, code = _TEXTS[behaviour]
     if session_mode == "per_trajectory":
         description = description.replace(*_STATEFUL[behaviour])

@@ -36,10 +36,15 @@ class ToolSettings:
     session_mode: str = "stateless"
 
     def client_policy(self) -> ClientPolicy:
-        return ClientPolicy(run_timeout=self.default_timeout, memory_limit_mb=self.memory_limit_mb,
-                            queue_timeout_s=self.queue_timeout_s, http_timeout_margin_s=self.http_timeout_margin_s,
-                            max_retries=self.max_retries, retry_backoff_s=self.retry_backoff_s,
-                            reconnect_budget_s=self.reconnect_budget_s)
+        return ClientPolicy(
+            run_timeout=self.default_timeout,
+            memory_limit_mb=self.memory_limit_mb,
+            queue_timeout_s=self.queue_timeout_s,
+            http_timeout_margin_s=self.http_timeout_margin_s,
+            max_retries=self.max_retries,
+            retry_backoff_s=self.retry_backoff_s,
+            reconnect_budget_s=self.reconnect_budget_s,
+        )
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ToolSettings:

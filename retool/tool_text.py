@@ -42,6 +42,7 @@ _VERL_RETOOL_OPENING = "```python"
 
 # ---- annotated ----------------------------------------------------------------------------------------------------
 
+
 def join_python_blocks(text: str) -> str:
     """The Python to run: the ```python (or untagged) fenced blocks joined, else the text itself."""
     blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() in _PYTHON_FENCE_LANGS]
@@ -88,7 +89,7 @@ def truncate_middle(text: str, limit: int) -> tuple[str, int]:
     keep = max(limit - marker_len, 0)
     head, tail = keep // 2, keep - keep // 2
     cut = len(text) - head - tail
-    return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[len(text) - tail:]}", cut
+    return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[len(text) - tail :]}", cut
 
 
 def unavailable_text(problem: str) -> str:
@@ -119,6 +120,7 @@ def annotated_reply(reply: Reply, timeout: float, max_chars: int) -> tuple[str, 
 
 
 # ---- verl_retool --------------------------------------------------------------------------------------------------
+
 
 def first_python_block(text: str) -> str:
     """The reference tool's code: the body of the first closed ```python fence, stripped; else ``text`` unchanged.
@@ -167,6 +169,7 @@ def verl_retool_reply(reply: Reply) -> str:
 
 
 # ---- both ---------------------------------------------------------------------------------------------------------
+
 
 def prepare_code(text: str, behaviour: str) -> str:
     """What the tool sends for a ``code`` argument under ``behaviour``."""

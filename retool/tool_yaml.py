@@ -30,7 +30,8 @@ def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
     path = Path(tool_config)
     if not path.is_file():
         raise ToolConfigError(
-            f"tool config {path} not found; pass --tool-config with the tool YAML (configs/tool.yaml)")
+            f"tool config {path} not found; pass --tool-config with the tool YAML (configs/tool.yaml)"
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -53,14 +54,17 @@ def load_tool_schema(tool_config: str | Path) -> dict[str, Any]:
 
             config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
             try:
-                schema = tool_schema(config.get("behaviour", ToolSettings.behaviour),
-                                     config.get("session_mode", ToolSettings.session_mode))
+                schema = tool_schema(
+                    config.get("behaviour", ToolSettings.behaviour),
+                    config.get("session_mode", ToolSettings.session_mode),
+                )
             except ValueError as exc:
                 raise ToolConfigError(f"{path}: tools[{number}].config: {exc}") from None
             return canonical_tool_schema(schema, where=f"{path}: tools[{number}] (retool.tool_schema)")
     raise ToolConfigError(
         f"{path}: no entry has tool_schema.function.name == {TOOL_NAME!r} (names found: {names}) "
-        f"and no {OWN_TOOL_CLASS} entry without tool_schema")
+        f"and no {OWN_TOOL_CLASS} entry without tool_schema"
+    )
 
 
 def canonical_tool_schema(schema: Mapping[str, Any], where: str = "tool_schema") -> dict[str, Any]:
@@ -83,12 +87,16 @@ def canonical_tool_schema(schema: Mapping[str, Any], where: str = "tool_schema")
     need(function.get("name") == TOOL_NAME, f"`function.name` must be {TOOL_NAME!r}")
     need(isinstance(function.get("description"), str), "`function.description` must be a string")
     parameters = function.get("parameters")
-    need(isinstance(parameters, Mapping) and parameters.get("type") == "object",
-         "`function.parameters.type` must be 'object'")
+    need(
+        isinstance(parameters, Mapping) and parameters.get("type") == "object",
+        "`function.parameters.type` must be 'object'",
+    )
     properties = parameters.get("properties")
     need(isinstance(properties, Mapping), "`function.parameters.properties` must be a mapping")
-    need(isinstance(properties.get("code"), Mapping) and properties["code"].get("type") == "string",
-         "`function.parameters.properties.code.type` must be 'string'")
+    need(
+        isinstance(properties.get("code"), Mapping) and properties["code"].get("type") == "string",
+        "`function.parameters.properties.code.type` must be 'string'",
+    )
     need("code" in (parameters.get("required") or []), "`function.parameters.required` must list 'code'")
     for name, prop in properties.items():
         need(isinstance(prop, Mapping) and "type" in prop, f"property {name!r} needs a `type`")

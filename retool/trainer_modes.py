@@ -51,22 +51,26 @@ def off_policy(scalars: Series) -> dict[str, Any] | None:
     staleness = _values(scalars, f"{STALENESS}/mean")
     if not staleness:
         return None
-    return {"steps": len(staleness),
-            "staleness_mean": mean(staleness),
-            "staleness_max": max(_values(scalars, f"{STALENESS}/max") or staleness),
-            "staleness_worst_max": max(_values(scalars, f"{STALENESS_WORST}/max") or [0.0]),
-            "spans_mean": mean(_values(scalars, f"{SPANS}/mean") or [1.0]),
-            "spans_max": max(_values(scalars, f"{SPANS}/max") or [1.0]),
-            "evicted_groups": sum(_values(scalars, EVICTED))}
+    return {
+        "steps": len(staleness),
+        "staleness_mean": mean(staleness),
+        "staleness_max": max(_values(scalars, f"{STALENESS}/max") or staleness),
+        "staleness_worst_max": max(_values(scalars, f"{STALENESS_WORST}/max") or [0.0]),
+        "spans_mean": mean(_values(scalars, f"{SPANS}/mean") or [1.0]),
+        "spans_max": max(_values(scalars, f"{SPANS}/max") or [1.0]),
+        "evicted_groups": sum(_values(scalars, EVICTED)),
+    }
 
 
 def off_policy_sentence(mode: str, stats: dict[str, Any] | None) -> str:
     if stats is None:
         return f"Trainer mode `{mode}`; staleness not logged"
-    return (f"Trainer mode `{mode}`: trained trajectories were {stats['staleness_mean']:.2f} model versions behind on "
-            f"average (most {stats['staleness_max']:g}; first tokens at most {stats['staleness_worst_max']:g}), each "
-            f"generated across {stats['spans_mean']:.2f} versions on average (most {stats['spans_max']:g}), "
-            f"{stats['evicted_groups']:g} groups dropped as too stale, over {stats['steps']} steps")
+    return (
+        f"Trainer mode `{mode}`: trained trajectories were {stats['staleness_mean']:.2f} model versions behind on "
+        f"average (most {stats['staleness_max']:g}; first tokens at most {stats['staleness_worst_max']:g}), each "
+        f"generated across {stats['spans_mean']:.2f} versions on average (most {stats['spans_max']:g}), "
+        f"{stats['evicted_groups']:g} groups dropped as too stale, over {stats['steps']} steps"
+    )
 
 
 def step_times(scalars: Series, first_step: int = 1) -> dict[str, float] | None:
@@ -80,9 +84,12 @@ def step_times(scalars: Series, first_step: int = 1) -> dict[str, float] | None:
         values = dict(scalars.get(tag, []))
         return mean(values.get(step, 0.0) for step in steps)
 
-    times = {"step_s": mean(steps.values()), "gen_s": per_step("timing_s/gen"),
-             "update_s": sum(per_step(tag) for tag in UPDATE_PARTS),
-             "weight_sync_s": per_step("timing_s/update_weights")}
+    times = {
+        "step_s": mean(steps.values()),
+        "gen_s": per_step("timing_s/gen"),
+        "update_s": sum(per_step(tag) for tag in UPDATE_PARTS),
+        "weight_sync_s": per_step("timing_s/update_weights"),
+    }
     times["other_s"] = times["step_s"] - times["gen_s"] - times["update_s"] - times["weight_sync_s"]
     times["steps"] = len(steps)
     return times

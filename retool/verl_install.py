@@ -102,8 +102,18 @@ def fetch_sdist(pin: VerlPin, cache: Path, python: str) -> Path:
     if not archive.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         _run(
-            [python, "-m", "pip", "download", f"verl=={pin.version}", "--no-deps", "--no-binary", ":all:",
-             "-d", str(cache)],
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                f"verl=={pin.version}",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-d",
+                str(cache),
+            ],
             "downloading the verl sdist from PyPI",
         )
     actual = sha256_file(archive)
@@ -120,8 +130,10 @@ def fetch_sdist(pin: VerlPin, cache: Path, python: str) -> Path:
 
 def fetch_git(pin: VerlPin, url: str) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="verl-git-"))
-    _run(["git", "clone", "--depth", "1", "--branch", pin.git_tag, url, str(workdir / "verl")],
-         f"cloning {url} at {pin.git_tag}")
+    _run(
+        ["git", "clone", "--depth", "1", "--branch", pin.git_tag, url, str(workdir / "verl")],
+        f"cloning {url} at {pin.git_tag}",
+    )
     return workdir / "verl"
 
 
@@ -162,8 +174,9 @@ def install(source: str, python: str, cache: Path, git_url: str) -> Path:
 
 def installed_verl_root(python: str = sys.executable) -> Path:
     """The directory that holds the installed ``verl`` package (site-packages)."""
-    proc = _run([python, "-c", "import importlib.util as u; print(u.find_spec('verl').origin)"],
-                "locating the installed verl")
+    proc = _run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('verl').origin)"], "locating the installed verl"
+    )
     return Path(proc.stdout.strip()).parent.parent
 
 
@@ -174,7 +187,8 @@ def applied_patches_status(python: str = sys.executable) -> list[tuple[str, bool
     for patch in patch_files():
         proc = subprocess.run(
             ["patch", "-p1", "-R", "--dry-run", "--batch", "--force", "-d", str(root), "-i", str(patch)],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         status.append((patch.name, proc.returncode == 0))
     return status
@@ -186,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     inst = sub.add_parser("install", help="fetch, verify, patch and pip-install the pinned verl")
     inst.add_argument("--source", choices=["sdist", "git"], default="sdist")
     inst.add_argument("--python", default=sys.executable, help="interpreter whose environment receives verl")
-    inst.add_argument("--cache", type=Path, default=Path(os.environ.get("RETOOL_CACHE", REPO_ROOT / ".cache")),
-                      help="where the sdist is kept (default: .cache/ in the repository or $RETOOL_CACHE)")
+    inst.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("RETOOL_CACHE", REPO_ROOT / ".cache")),
+        help="where the sdist is kept (default: .cache/ in the repository or $RETOOL_CACHE)",
+    )
     inst.add_argument("--git-url", default=DEFAULT_GIT_URL)
     sub.add_parser("status", help="which patches the installed verl carries")
     args = parser.parse_args(argv)

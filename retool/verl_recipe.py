@@ -48,20 +48,24 @@ def launchers(checkout: Path = REPO_ROOT) -> list[Path]:
 def thin_launcher(target: Path) -> str:
     """A launcher that runs ``target`` with the same arguments and environment."""
     quoted = "'" + str(target).replace("'", "'\\''") + "'"
-    return (f"#!/usr/bin/env bash\n# {MARKER}: runs the ReTool recipe's own launcher from its checkout.\n"
-            f"# Arguments (Hydra overrides) and the environment (DRY_RUN, PROFILE, MODEL_PATH, DATA_DIR, ...) "
-            f"pass on.\n"
-            f"exec bash {quoted} \"$@\"\n")
+    return (
+        f"#!/usr/bin/env bash\n# {MARKER}: runs the ReTool recipe's own launcher from its checkout.\n"
+        f"# Arguments (Hydra overrides) and the environment (DRY_RUN, PROFILE, MODEL_PATH, DATA_DIR, ...) "
+        f"pass on.\n"
+        f'exec bash {quoted} "$@"\n'
+    )
 
 
 def readme(checkout: Path, names: list[str]) -> str:
     listed = "\n".join(f"- `{name}` -> `{checkout / name}`" for name in names)
-    return (f"<!-- {MARKER} -->\n# ReTool recipe launchers\n\n"
-            f"These files only start the launchers of the ReTool recipe checkout at `{checkout}`:\n\n{listed}\n\n"
-            f"Configs, patches, the data (`{checkout}/data/$PROFILE` unless `DATA_DIR` is set) and the run folders "
-            f"(`{checkout}/runs/` unless `RUN_DIR` is set) live there; its README.md describes the run. Run "
-            "`bash run_qwen3_4b_sft_npu.sh` here as in the checkout; `DRY_RUN=1` prints the resolved verl config. "
-            "If the checkout moves, run `retool-verl-recipe install` again.\n")
+    return (
+        f"<!-- {MARKER} -->\n# ReTool recipe launchers\n\n"
+        f"These files only start the launchers of the ReTool recipe checkout at `{checkout}`:\n\n{listed}\n\n"
+        f"Configs, patches, the data (`{checkout}/data/$PROFILE` unless `DATA_DIR` is set) and the run folders "
+        f"(`{checkout}/runs/` unless `RUN_DIR` is set) live there; its README.md describes the run. Run "
+        "`bash run_qwen3_4b_sft_npu.sh` here as in the checkout; `DRY_RUN=1` prints the resolved verl config. "
+        "If the checkout moves, run `retool-verl-recipe install` again.\n"
+    )
 
 
 def checkout(root: Path = REPO_ROOT) -> Path:
@@ -69,7 +73,8 @@ def checkout(root: Path = REPO_ROOT) -> Path:
     if not (root / "scripts" / "launch.sh").is_file():
         raise RecipeInstallError(
             f"the installed recipe at {root} is not a checkout (no scripts/launch.sh): install it from a clone "
-            "(bash scripts/install_npu.sh, or pip install -e . there)")
+            "(bash scripts/install_npu.sh, or pip install -e . there)"
+        )
     return root
 
 
@@ -79,7 +84,8 @@ def install(verl: Path, checkout: Path = REPO_ROOT, force: bool = False) -> list
     if not (verl / "verl").is_dir():
         raise RecipeInstallError(
             f"{verl} does not look like a verl checkout (no verl/ package folder in it); pass the folder you cloned "
-            "verl into (the one holding verl/ and recipe/)")
+            "verl into (the one holding verl/ and recipe/)"
+        )
     checkout = checkout.resolve()
     targets = launchers(checkout)
     dest = verl / "recipe" / "retool"
@@ -89,7 +95,8 @@ def install(verl: Path, checkout: Path = REPO_ROOT, force: bool = False) -> list
     if foreign and not force:
         raise RecipeInstallError(
             f"{', '.join(str(p) for p in foreign)} already exist and were not written by retool-verl-recipe; move "
-            "them away or pass --force to replace them")
+            "them away or pass --force to replace them"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     for path, text in files.items():
         path.write_text(text)

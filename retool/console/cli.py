@@ -135,13 +135,24 @@ def sources(config: dict[str, Any], metrics: Path | None) -> Sources:
     ``file`` tracker and the launch named the file; the checkpoint folder when the config names one."""
     loggers = dig(config, "trainer.logger", None) or []
     checkpoints = dig(config, "trainer.default_local_dir", None)
-    return Sources(metrics=metrics if metrics and "file" in loggers else None,
-                   checkpoints=Path(checkpoints) if checkpoints else None)
+    return Sources(
+        metrics=metrics if metrics and "file" in loggers else None,
+        checkpoints=Path(checkpoints) if checkpoints else None,
+    )
 
 
-def run_command(stage: str, log: Path, command: list[str] | None, header_lines: list[str], *, verbose: bool,
-                total: int | None = None, validates_first: bool = False, env: dict[str, str] | None = None,
-                stage_sources: Sources | None = None) -> int:
+def run_command(
+    stage: str,
+    log: Path,
+    command: list[str] | None,
+    header_lines: list[str],
+    *,
+    verbose: bool,
+    total: int | None = None,
+    validates_first: bool = False,
+    env: dict[str, str] | None = None,
+    stage_sources: Sources | None = None,
+) -> int:
     """Run ``command`` (None: read stdin; ``env``: its environment, default this one's) with its output appended to
     ``log`` and shown on the console; its exit status."""
     console = None
@@ -149,8 +160,15 @@ def run_command(stage: str, log: Path, command: list[str] | None, header_lines: 
         for line in header_lines:
             print(f"[{stage}] {line}", flush=True)
     else:
-        console = Console(stage, for_stdout(), shown_path(log), total=total, validates_first=validates_first,
-                          header=header_lines, sources=stage_sources)
+        console = Console(
+            stage,
+            for_stdout(),
+            shown_path(log),
+            total=total,
+            validates_first=validates_first,
+            header=header_lines,
+            sources=stage_sources,
+        )
     sink = Sink(log, console)
     child = None
     if command:
@@ -171,12 +189,21 @@ def run_command(stage: str, log: Path, command: list[str] | None, header_lines: 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    lines = list(args.header) or (header(args.stage, config, args.log, device=args.device, profile=args.profile)
-                                  if config else [f"full log: {shown_path(args.log)}"])
-    return run_command(args.stage, args.log, args.command, lines, verbose=args.verbose,
-                       total=planned_steps(config, count_data=False),
-                       validates_first=bool((config.get("trainer") or {}).get("val_before_train", False)),
-                       stage_sources=sources(config, args.metrics))
+    lines = list(args.header) or (
+        header(args.stage, config, args.log, device=args.device, profile=args.profile)
+        if config
+        else [f"full log: {shown_path(args.log)}"]
+    )
+    return run_command(
+        args.stage,
+        args.log,
+        args.command,
+        lines,
+        verbose=args.verbose,
+        total=planned_steps(config, count_data=False),
+        validates_first=bool((config.get("trainer") or {}).get("val_before_train", False)),
+        stage_sources=sources(config, args.metrics),
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -187,11 +214,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="for the start-up lines")
     parser.add_argument("--profile", default=None, help="for the start-up lines")
     parser.add_argument("--header", action="append", default=[], help="a start-up line instead of the config's")
-    parser.add_argument("--metrics", type=Path, default=os.environ.get("VERL_FILE_LOGGER_PATH") or None,
-                        help="verl's metric stream, read when the config's trainer.logger has 'file' "
-                             "(default: $VERL_FILE_LOGGER_PATH, which scripts/launch.sh sets)")
-    parser.add_argument("--verbose", action="store_true", default=verbose_requested(),
-                        help="print the output unchanged (default: on when VERBOSE=1)")
+    parser.add_argument(
+        "--metrics",
+        type=Path,
+        default=os.environ.get("VERL_FILE_LOGGER_PATH") or None,
+        help="verl's metric stream, read when the config's trainer.logger has 'file' "
+        "(default: $VERL_FILE_LOGGER_PATH, which scripts/launch.sh sets)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=verbose_requested(),
+        help="print the output unchanged (default: on when VERBOSE=1)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (else: read stdin)")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:

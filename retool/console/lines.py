@@ -55,8 +55,10 @@ LEVEL_SHAPES = [
 # Inside a traceback, the exception line: a (dotted) class name, maybe Ray's wrapped cause, then ": message" or nothing.
 EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]*\))?(?::\s.*)?$")
 # Failures that print no level word.
-FATAL_SHAPES = re.compile(r"^(?:Killed$|Segmentation fault|Bus error|Aborted|\*\*\* SIG\w+|Error executing job with "
-                          r"overrides|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError)")
+FATAL_SHAPES = re.compile(
+    r"^(?:Killed$|Segmentation fault|Bus error|Aborted|\*\*\* SIG\w+|Error executing job with "
+    r"overrides|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError)"
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def clean(segment: str) -> tuple[str, str]:
     text = ANSI.sub("", segment)
     match = RAY_PREFIX.match(text)
     if match:
-        return match.group("source") or "", text[match.end():]
+        return match.group("source") or "", text[match.end() :]
     return "", text
 
 

@@ -19,8 +19,10 @@ WARNING_LIMIT = 12
 ERROR_LIMIT = 40
 # (pattern on the message, why it is harmless for this recipe)
 KNOWN_HARMLESS = [
-    (r"(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available",
-     "verl probes optional training engines; the recipe uses FSDP"),
+    (
+        r"(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available",
+        "verl probes optional training engines; the recipe uses FSDP",
+    ),
     (r"Disabled critic as algorithm\.adv_estimator != gae", "GRPO has no critic by design"),
     (r"'set_vital' is deprecated", "torchdata calls a deprecated torch API internally"),
     (r"Triton is installed, but `triton\.backends` could not be imported", "CPU build of vLLM: no Triton kernels"),
@@ -28,8 +30,10 @@ KNOWN_HARMLESS = [
     (r"Enforce eager set, disabling torch\.compile", "enforce_eager is the recipe's setting"),
     (r"Inductor compilation was disabled by user settings", "torch.compile is off by the recipe's setting"),
     (r"LoRA dynamic loading & unloading is enabled", "verl's rollout server enables it; no LoRA adapters are served"),
-    (r"Default vLLM sampling parameters have been overridden by the model's",
-     "verl passes its own sampling parameters with every request"),
+    (
+        r"Default vLLM sampling parameters have been overridden by the model's",
+        "verl passes its own sampling parameters with every request",
+    ),
     (r"Passing raw prompts to InputProcessor is deprecated", "verl 0.9.1's call into vLLM; works in this vLLM"),
     (r"target_num_threads \d+ should not exceed total physical CPU cores", "TransferQueue caps its threads itself"),
     (r"Token authentication is enabled for this Ray cluster", "Ray's default for a local cluster"),
@@ -40,10 +44,14 @@ KNOWN_HARMLESS = [
     (r"(libtcmalloc|libiomp) is not found in LD_PRELOAD", "CPU performance hint of vLLM; the smoke does not need it"),
     (r"RotaryEmbedding: Failed to load weights", "rotary embeddings hold no weights (layer-wise reload, patch 0003)"),
     (r"Using blocking ray\.get inside async actor", "verl's agent loop manager; no effect at this scale"),
-    (r"pickling/unpickling of the DeviceMesh occurred before the PGs were created",
-     "matters only with torch.compile, which verl's model merger does not use"),
-    (r"Function 'verl\.utils\.import_utils\.load_extern_type' is deprecated",
-     "verl calls its own deprecated loader for the recipe's reward function"),
+    (
+        r"pickling/unpickling of the DeviceMesh occurred before the PGs were created",
+        "matters only with torch.compile, which verl's model merger does not use",
+    ),
+    (
+        r"Function 'verl\.utils\.import_utils\.load_extern_type' is deprecated",
+        "verl calls its own deprecated loader for the recipe's reward function",
+    ),
 ]
 _HARMLESS = [re.compile(pattern) for pattern, _ in KNOWN_HARMLESS]
 
@@ -88,8 +96,11 @@ class Notices:
         """What was kept to the log, or None when every warning and error was shown."""
         if not sum(self.hidden.values()):
             return None
-        counts = {"repeated": self.hidden["repeat"], "known harmless": self.hidden["harmless"],
-                  "beyond the first distinct ones": self.hidden["over limit"]}
+        counts = {
+            "repeated": self.hidden["repeat"],
+            "known harmless": self.hidden["harmless"],
+            "beyond the first distinct ones": self.hidden["over limit"],
+        }
         parts = [f"{count} {what}" for what, count in counts.items() if count]
         return f"warnings and errors only in the log: {', '.join(parts)}"
 

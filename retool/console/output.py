@@ -43,12 +43,12 @@ class Terminal(Plain):
     def line(self, text: str) -> None:
         self.stream.write("\r\x1b[K" + text + "\n")
         if self.current:
-            self.stream.write(self.current[:self._width()])
+            self.stream.write(self.current[: self._width()])
         self.stream.flush()
 
     def status(self, text: str) -> None:
         self.current = text
-        self.stream.write("\r\x1b[K" + text[:self._width()])
+        self.stream.write("\r\x1b[K" + text[: self._width()])
         self.stream.flush()
 
     def close(self) -> None:

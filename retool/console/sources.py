@@ -65,8 +65,11 @@ def step_metrics(record: Mapping[str, Any]) -> tuple[int, dict[str, float]] | No
     step, data = record.get("step"), record.get("data")
     if not isinstance(step, int) or not isinstance(data, dict):
         return None
-    return step, {key: float(value) for key, value in data.items()
-                  if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return step, {
+        key: float(value)
+        for key, value in data.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def latest_checkpoint(checkpoint_dir: Path | None) -> int | None:

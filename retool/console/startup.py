@@ -3,6 +3,8 @@
     device cpu | profile improved | 1 node x 1 device | full log: runs/x/logs/rl.log (VERBOSE=1 prints it here too)
     model runs/smoke-x/sft_merged | data .cache/smoke-assets/data: train rl_train.parquet | val rl_val_synthetic.parquet
     12 steps of 8 prompts x 4 samples (sync) | validation before training and every 12 steps (mean@4) | sandbox http://...
+
+one console line each.
 """
 
 from __future__ import annotations
@@ -76,22 +78,34 @@ def plan_line(stage: str, config: Mapping[str, Any], sandbox_url: str | None) ->
         if every:
             parts.append(every)
     # verl's SFT trainer always saves the last step; its RL trainer only with save_freq > 0
-    parts.append(_every(trainer.get("save_freq"), "checkpoint")
-                 or ("checkpoint at the end" if stage == "sft" else "no checkpoints (save_freq off)"))
+    parts.append(
+        _every(trainer.get("save_freq"), "checkpoint")
+        or ("checkpoint at the end" if stage == "sft" else "no checkpoints (save_freq off)")
+    )
     if sandbox_url:
         parts.append(f"sandbox {sandbox_url}")
     return " | ".join(parts)
 
 
-def header(stage: str, config: Mapping[str, Any], log: Path, *, device: str | None = None,
-           profile: str | None = None, environ: Mapping[str, str] = os.environ) -> list[str]:
+def header(
+    stage: str,
+    config: Mapping[str, Any],
+    log: Path,
+    *,
+    device: str | None = None,
+    profile: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> list[str]:
     """The start-up lines of ``stage`` (sft or rl) run with the resolved ``config``."""
     trainer = config.get("trainer") or {}
     nodes, per_node = trainer.get("nnodes", 1), trainer.get("n_gpus_per_node", "?")
     unit = "process" if device == "cpu" and stage == "sft" else "device"
-    first = [f"device {device or trainer.get('device', '?')}", f"profile {profile or '?'}",
-             f"{nodes} node{'s' if nodes != 1 else ''} x {per_node} {unit}{'s' if per_node != 1 else ''}",
-             f"full log: {shown_path(log)} (VERBOSE=1 prints it here too)"]
+    first = [
+        f"device {device or trainer.get('device', '?')}",
+        f"profile {profile or '?'}",
+        f"{nodes} node{'s' if nodes != 1 else ''} x {per_node} {unit}{'s' if per_node != 1 else ''}",
+        f"full log: {shown_path(log)} (VERBOSE=1 prints it here too)",
+    ]
     rank = environ.get("NODE_RANK", "0")
     if stage == "sft" and str(nodes) != "1" and rank != "0":
         first.append(f"node {rank}: the step lines appear on node 0's console")
@@ -101,6 +115,8 @@ def header(stage: str, config: Mapping[str, Any], log: Path, *, device: str | No
     data = data_line(dig(config, "data.train_files"), dig(config, "data.val_files"))
     lines = [" | ".join(first), f"model {shown_path(model)} | {data}", plan_line(stage, config, sandbox)]
     if stage == "rl" and dig(config, "ray_kwargs.ray_init.log_to_driver") is False:
-        lines.append("warning: ray_kwargs.ray_init.log_to_driver is false: what Ray's workers print reaches neither "
-                     "this console nor the log (only /tmp/ray/session_*/logs on each node); remove the override")
+        lines.append(
+            "warning: ray_kwargs.ray_init.log_to_driver is false: what Ray's workers print reaches neither "
+            "this console nor the log (only /tmp/ray/session_*/logs on each node); remove the override"
+        )
     return lines

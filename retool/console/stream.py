@@ -24,8 +24,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from retool.console import view
-from retool.console.lines import EPOCH, TOTAL_STEPS, Level, clean, is_exception_line, level_of, parse_bar, \
-    parse_step, segments
+from retool.console.lines import (
+    EPOCH,
+    TOTAL_STEPS,
+    Level,
+    clean,
+    is_exception_line,
+    level_of,
+    parse_bar,
+    parse_step,
+    segments,
+)
 from retool.console.notices import Notices
 from retool.console.output import Plain, bar
 from retool.console.sources import JsonLines, Sources, latest_checkpoint, step_metrics
@@ -37,8 +46,10 @@ CHECKPOINT = re.compile(r"^Saving checkpoint to:? (?P<path>\S+)")
 READY = re.compile(r"^all initialize finished, ready to fit")
 PROGRESS = "Training Progress"  # the description of verl's RL progress bar
 # verl's replay buffer while a batch rolls out: "pending: 0, running: 70, finished: 2, failure: 0"
-GROUPS = re.compile(r"^pending: (?P<pending>\d+), running: (?P<running>\d+), finished: (?P<finished>\d+), "
-                    r"failure: (?P<failure>\d+)")
+GROUPS = re.compile(
+    r"^pending: (?P<pending>\d+), running: (?P<running>\d+), finished: (?P<finished>\d+), "
+    r"failure: (?P<failure>\d+)"
+)
 # retool-eval's own lines: progress ("retool-eval: 30/300 samples | acc 0.267 | ..."), result, warnings, errors
 OWN_PREFIX = "retool-eval: "
 SAMPLES = re.compile(r"^retool-eval: (?P<done>\d+)/(?P<total>\d+) samples(?P<rest>.*)$")
@@ -75,7 +86,7 @@ class Pace:
             self.begin = (step, now)
 
     def mark(self, step: int, now: float) -> None:
-        self.marks = [*self.marks[-self.WINDOW:], (step, now)]
+        self.marks = [*self.marks[-self.WINDOW :], (step, now)]
 
     def per_step(self) -> float | None:
         marks = self.marks if len(self.marks) >= 2 or self.begin is None else [self.begin, *self.marks]
@@ -91,9 +102,18 @@ class Console:
     """One stage's compact view. ``feed`` raw output bytes; ``tick`` now and then (redraws a terminal's bar);
     ``finish`` with the stage's exit status."""
 
-    def __init__(self, stage: str, out: Plain, log_name: str, *, total: int | None = None,
-                 validates_first: bool = False, header: Iterable[str] = (), sources: Sources | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        stage: str,
+        out: Plain,
+        log_name: str,
+        *,
+        total: int | None = None,
+        validates_first: bool = False,
+        header: Iterable[str] = (),
+        sources: Sources | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.tag, self.out, self.log_name, self.clock = f"[{stage}]", out, log_name, clock
         self.total, self.validates_first = total, validates_first
         self.notices = Notices()
@@ -173,7 +193,7 @@ class Console:
         if cut < 0 and len(text) < PARTIAL_LIMIT:
             self._partial = text
             return
-        complete, self._partial = (text[:cut], text[cut + 1:]) if cut >= 0 else (text, "")
+        complete, self._partial = (text[:cut], text[cut + 1 :]) if cut >= 0 else (text, "")
         for segment in segments(complete):
             self.handle(segment)
         self.tick()
@@ -185,7 +205,7 @@ class Console:
             if not progress:
                 break
             self._bar(*progress[:3])
-            text = text[progress[3]:]
+            text = text[progress[3] :]
         if not text.strip():
             return
         self.tail.append(text[:300])
@@ -249,8 +269,13 @@ class Console:
             return True
         if source not in self.blocks:
             return False
-        if not text.strip() or text.startswith("Traceback") or self.blocks[source] >= BLOCK_LINES \
-                or parse_step(text) or level_of(text):
+        if (
+            not text.strip()
+            or text.startswith("Traceback")
+            or self.blocks[source] >= BLOCK_LINES
+            or parse_step(text)
+            or level_of(text)
+        ):
             del self.blocks[source]
             return False
         if not text.startswith((" ", "\t")):  # frames of the example traceback stay in the log
@@ -305,26 +330,29 @@ class Console:
             self.total = int(total.group("total"))
         if RESUMING.match(text) or CHECKPOINT.match(text):
             if self.checkpoints is None:  # else the launch said where it resumes, and the marker tells saves
-                self.say(text if RESUMING.match(text) else
-                         f"checkpoint: {shown_path(CHECKPOINT.match(text).group('path'))}")
+                self.say(
+                    text if RESUMING.match(text) else f"checkpoint: {shown_path(CHECKPOINT.match(text).group('path'))}"
+                )
         elif READY.match(text):
             if self.metrics is None:  # else the metric stream's file marks it
                 self._ready()
         elif GROUPS.match(text):
             groups = {key: int(value) for key, value in GROUPS.match(text).groupdict().items()}
             self.note = f"{groups['finished']}/{sum(groups.values())} prompts done" + (
-                f", {groups['failure']} failed" if groups["failure"] else "")
+                f", {groups['failure']} failed" if groups["failure"] else ""
+            )
         elif SAMPLES.match(text):
             self._samples(SAMPLES.match(text))
         elif text.startswith(OWN_PREFIX):
-            self.say(text[len(OWN_PREFIX):])
+            self.say(text[len(OWN_PREFIX) :])
 
     def _ready(self) -> None:
         """verl's workers are up and training begins (with the validation before it, if any)."""
         startup = view.duration(self.clock() - self.started)
         if self.validates_first or self.metrics is None:
-            self.say(f"workers ready after {startup}"
-                     + ("; validating before training" if self.validates_first else ""))
+            self.say(
+                f"workers ready after {startup}" + ("; validating before training" if self.validates_first else "")
+            )
             self._phase("validating" if self.validates_first else "ready")
         else:  # verl opened its metric stream as the first step begins
             self.say(f"training starts after {startup} of start-up")

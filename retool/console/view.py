@@ -53,7 +53,7 @@ def failures(metrics: Mapping[str, float], prefix: str = "failures/") -> str | N
     for key, value in metrics.items():
         if not key.startswith(prefix):
             continue
-        name = key[len(prefix):].removeprefix("total/")
+        name = key[len(prefix) :].removeprefix("total/")
         if name == "all":
             total = value
         elif name == "share":
@@ -65,8 +65,9 @@ def failures(metrics: Mapping[str, float], prefix: str = "failures/") -> str | N
     total = sum(causes.values()) if total is None else total
     if not total:
         return "failures 0"
-    parts = ", ".join(f"{cause} {num(count)}" for cause, count in sorted(causes.items(), key=lambda kv: -kv[1])
-                      if count)
+    parts = ", ".join(
+        f"{cause} {num(count)}" for cause, count in sorted(causes.items(), key=lambda kv: -kv[1]) if count
+    )
     share_text = f"; {share:.1%} of the step" if share is not None else ""
     return f"failures {num(total)} ({parts}{share_text})"
 
@@ -89,8 +90,9 @@ def rl_step(step: int, total: int | None, m: Mapping[str, float], eta_s: float |
         parts.append(f"acc {num(m['train-reward/acc/mean'])}")
     if "train-reward/used_tool/mean" in m:
         calls = m.get("train-reward/tool_calls/mean")
-        parts.append(f"tool {num(m['train-reward/used_tool/mean'])}"
-                     + (f" ({num(calls)} calls)" if calls is not None else ""))
+        parts.append(
+            f"tool {num(m['train-reward/used_tool/mean'])}" + (f" ({num(calls)} calls)" if calls is not None else "")
+        )
     unavailable = m.get("train-reward/tool_unavailable/mean")
     if unavailable:
         parts.append(f"sandbox unavailable {num(unavailable)}/traj")
@@ -102,8 +104,11 @@ def rl_step(step: int, total: int | None, m: Mapping[str, float], eta_s: float |
     if failed:
         parts.append(failed)
     if "timing_s/step" in m:
-        split = [f"{name} {m[key]:.1f}" for name, key in (("gen", "timing_s/gen"), ("update", "timing_s/update_actor"))
-                 if key in m]
+        split = [
+            f"{name} {m[key]:.1f}"
+            for name, key in (("gen", "timing_s/gen"), ("update", "timing_s/update_actor"))
+            if key in m
+        ]
         parts.append(seconds_per_step(m["timing_s/step"]) + (f" ({', '.join(split)})" if split else ""))
     if eta_s is not None:
         parts.append(eta(eta_s))

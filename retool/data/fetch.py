@@ -59,11 +59,23 @@ ASSETS = {
     asset.name: asset
     for asset in (
         Asset("retool_sft", "JoeYing/ReTool-SFT", "AI-ModelScope/ReTool-SFT", "dataset", "ReTool-SFT", 2_000),
-        Asset("dapo_math_17k", "BytedTsinghua-SIA/DAPO-Math-17k", "BytedTsinghua-SIA/DAPO-Math-17k", "dataset",
-              "DAPO-Math-17k", 1_791_700),
+        Asset(
+            "dapo_math_17k",
+            "BytedTsinghua-SIA/DAPO-Math-17k",
+            "BytedTsinghua-SIA/DAPO-Math-17k",
+            "dataset",
+            "DAPO-Math-17k",
+            1_791_700,
+        ),
         Asset("aime_2025", "yentinglin/aime_2025", None, "dataset", "aime_2025", 30),
-        Asset("model", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Instruct-2507", "model",
-              "Qwen3-4B-Instruct-2507", None),
+        Asset(
+            "model",
+            "Qwen/Qwen3-4B-Instruct-2507",
+            "Qwen/Qwen3-4B-Instruct-2507",
+            "model",
+            "Qwen3-4B-Instruct-2507",
+            None,
+        ),
     )
 }
 
@@ -77,8 +89,9 @@ def hub_endpoint(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get("HF_ENDPOINT") or None
 
 
-def download_call(asset: Asset, source: str, dest: Path, endpoint: str | None = None,
-                  overrides: dict[str, str] | None = None) -> tuple[str, dict]:
+def download_call(
+    asset: Asset, source: str, dest: Path, endpoint: str | None = None, overrides: dict[str, str] | None = None
+) -> tuple[str, dict]:
     """(function, keyword arguments) of the download of ``asset`` into ``dest``: ``huggingface_hub.snapshot_download``,
     ``modelscope.snapshot_download`` / ``modelscope.dataset_snapshot_download``, or ``copy`` of the bundled file."""
     if source not in SOURCES:
@@ -97,8 +110,9 @@ def download_call(asset: Asset, source: str, dest: Path, endpoint: str | None = 
     return "modelscope.dataset_snapshot_download", {"dataset_id": repo, "local_dir": str(dest)}
 
 
-def download(asset: Asset, source: str, dest: Path, endpoint: str | None = None,
-             overrides: dict[str, str] | None = None) -> None:
+def download(
+    asset: Asset, source: str, dest: Path, endpoint: str | None = None, overrides: dict[str, str] | None = None
+) -> None:
     """Download ``asset`` into ``dest`` (resumes: files already there are kept). DownloadError says what to do."""
     function, kwargs = download_call(asset, source, dest, endpoint, overrides)
     dest.mkdir(parents=True, exist_ok=True)
@@ -114,12 +128,16 @@ def download(asset: Asset, source: str, dest: Path, endpoint: str | None = None,
     try:
         snapshot(**kwargs)
     except Exception as exc:  # network, auth and missing-repo errors differ per library and version
-        other = ("set HF_ENDPOINT=https://hf-mirror.com (a mirror) or use --source modelscope" if source == "hf"
-                 else "use --source hf (HF_ENDPOINT=https://hf-mirror.com for a mirror)")
+        other = (
+            "set HF_ENDPOINT=https://hf-mirror.com (a mirror) or use --source modelscope"
+            if source == "hf"
+            else "use --source hf (HF_ENDPOINT=https://hf-mirror.com for a mirror)"
+        )
         raise DownloadError(
             f"{asset.name}: could not download {repo} from {where} ({type(exc).__name__}: {str(exc)[:300]}). If "
             f"this host cannot reach it: {other}, or download the folder on a host that can, copy it to {dest} and "
-            f"run `retool-data download --check-only`.") from exc
+            f"run `retool-data download --check-only`."
+        ) from exc
 
 
 def _import_modelscope():
@@ -129,7 +147,8 @@ def _import_modelscope():
         raise DownloadError(
             "--source modelscope needs the modelscope package: pip install modelscope (in the NPU image: bash "
             "scripts/install_npu.sh --no-requirements --no-verl modelscope), or use --source hf (HF_ENDPOINT="
-            "https://hf-mirror.com for a mirror)") from exc
+            "https://hf-mirror.com for a mirror)"
+        ) from exc
     return modelscope
 
 
@@ -160,8 +179,9 @@ def check(asset: Asset, folder: Path) -> str:
     if asset.kind == "model":
         missing = model_missing_files(folder)
         if missing:
-            raise DownloadError(f"{asset.name}: {folder} lacks {', '.join(missing)}; download it again (files "
-                                "already there are kept)")
+            raise DownloadError(
+                f"{asset.name}: {folder} lacks {', '.join(missing)}; download it again (files already there are kept)"
+            )
         return f"{asset.name:14} {folder}  model files complete"
     rows, files = count_rows(folder)
     if not files:
@@ -170,7 +190,8 @@ def check(asset: Asset, folder: Path) -> str:
         listed = ", ".join(str(p.relative_to(folder)) for p in files)
         raise DownloadError(
             f"{asset.name}: {folder} holds {rows:,} rows ({listed}), expected {asset.rows:,}. An interrupted download "
-            f"or another copy of the set; download it again into an empty folder")
+            f"or another copy of the set; download it again into an empty folder"
+        )
     return f"{asset.name:14} {folder}  {rows:,} rows"
 
 

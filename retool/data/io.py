@@ -156,7 +156,8 @@ def _load_from_disk(path: Path):
         return datasets.load_from_disk(str(path))
     except Exception as exc:  # datasets raises several unrelated types for a damaged directory
         raise DataSourceError(
-            f"{path}: cannot be read with datasets.load_from_disk ({type(exc).__name__}: {exc})") from exc
+            f"{path}: cannot be read with datasets.load_from_disk ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _hub_source(hub_id: str, split: str | None) -> RowSource:
@@ -246,8 +247,12 @@ def _write_batch(writer: pq.ParquetWriter | None, tmp: Path, batch: list[dict[st
 
 def add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
     """The options both converters share: error policy, split selection, JSON report."""
-    parser.add_argument("--on-error", choices=("skip", "fail"), default="skip",
-                        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)")
+    parser.add_argument(
+        "--on-error",
+        choices=("skip", "fail"),
+        default="skip",
+        help="skip unconvertible rows (reported) or stop at the first one (default: %(default)s)",
+    )
     parser.add_argument("--split", default=None, help="split of a multi-split dataset, or a data-file name filter")
     parser.add_argument("--report", type=Path, default=None, help="also write the full summary as JSON to this file")
 
@@ -263,8 +268,13 @@ def skipped_rows_lines(summary: dict[str, Any], max_rows: int) -> list[str]:
     return lines
 
 
-def run_conversion(prog: str, convert: Callable[[], dict[str, Any]], describe: Callable[[dict[str, Any]], str],
-                   report: Path | None, input_errors: tuple[type[Exception], ...]) -> int:
+def run_conversion(
+    prog: str,
+    convert: Callable[[], dict[str, Any]],
+    describe: Callable[[dict[str, Any]], str],
+    report: Path | None,
+    input_errors: tuple[type[Exception], ...],
+) -> int:
     """Run a converter for a CLI: print its summary (and save it as JSON), or one error line.
 
     Exit codes: 0 done, 1 a row could not be converted under --on-error fail, 2 the input itself is unusable.

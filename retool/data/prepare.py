@@ -38,8 +38,9 @@ class Inputs:
     @classmethod
     def under(cls, raw: Path) -> Inputs:
         """The folders ``retool-data download --out raw`` writes."""
-        return cls(raw / ASSETS["retool_sft"].folder, raw / ASSETS["dapo_math_17k"].folder,
-                   raw / ASSETS["aime_2025"].folder)
+        return cls(
+            raw / ASSETS["retool_sft"].folder, raw / ASSETS["dapo_math_17k"].folder, raw / ASSETS["aime_2025"].folder
+        )
 
 
 class ProfileMismatch(RuntimeError):
@@ -54,8 +55,14 @@ def prepare_profile(profile_name: str, inputs: Inputs, out: Path, on_error: str 
     style = profile.prompt_style
     summaries = [
         sft.preprocess(inputs.sft, out / SFT_FILE, profile.tool_config_path, on_error=on_error, prompt_style=style),
-        rl.prepare(inputs.dapo, out / RL_TRAIN_FILE, source="dapo", dedupe=DEDUPE[profile.name], on_error=on_error,
-                   prompt_style=style),
+        rl.prepare(
+            inputs.dapo,
+            out / RL_TRAIN_FILE,
+            source="dapo",
+            dedupe=DEDUPE[profile.name],
+            on_error=on_error,
+            prompt_style=style,
+        ),
         rl.prepare(inputs.aime, out / RL_VAL_FILE, source="aime2025", on_error=on_error, prompt_style=style),
     ]
     problems = check_data(profile, out / SFT_FILE, (out / RL_TRAIN_FILE, out / RL_VAL_FILE))

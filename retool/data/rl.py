@@ -49,6 +49,7 @@ from retool.data.prompt import (
     qwen_boxed_prompt,
     verl_retool_prompt,
 )
+
 AGENT_NAME = "tool_agent"
 DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -90,8 +91,9 @@ RL_SCHEMA = pa.schema(
 # ---------------------------------------------------------------- one row
 
 
-def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = None,
-                prompt_style: str = DEFAULT_PROMPT_STYLE) -> dict[str, Any]:
+def convert_row(
+    raw: Mapping[str, Any], source: str, notes: list[str] | None = None, prompt_style: str = DEFAULT_PROMPT_STYLE
+) -> dict[str, Any]:
     """One raw row of `source` ("dapo", "aime2024", "aime2025") -> an RL row, its prompt in `prompt_style`
     ("verl_retool" or "qwen_boxed"). Raises ConversionError (with `.kind`). Observations that do not stop the conversion
     (a DAPO prompt without its Answer: instruction) go to `notes`."""
@@ -123,8 +125,11 @@ def convert_row(raw: Mapping[str, Any], source: str, notes: list[str] | None = N
 def _dapo_fields(raw: Mapping[str, Any], notes: list[str]) -> tuple[str, str, str, str]:
     """(the user message as it is, the bare problem, ground truth, index)."""
     prompt = raw.get("prompt")
-    users = [m for m in (prompt if isinstance(prompt, (list, tuple)) else []) if isinstance(m, Mapping)
-             and m.get("role") == "user" and isinstance(m.get("content"), str)]
+    users = [
+        m
+        for m in (prompt if isinstance(prompt, (list, tuple)) else [])
+        if isinstance(m, Mapping) and m.get("role") == "user" and isinstance(m.get("content"), str)
+    ]
     if len(users) != 1:
         raise ConversionError("bad_row_layout", "`prompt` must hold exactly one user message with text content")
     content = problem = users[0]["content"]
@@ -139,7 +144,8 @@ def _dapo_fields(raw: Mapping[str, Any], notes: list[str]) -> tuple[str, str, st
     truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
     if isinstance(truth, bool) or not isinstance(truth, (str, int)) or not str(truth).strip():
         raise ConversionError(
-            "bad_ground_truth", f"reward_model.ground_truth is {truth!r}, expected a non-empty string")
+            "bad_ground_truth", f"reward_model.ground_truth is {truth!r}, expected a non-empty string"
+        )
     extra_info = raw.get("extra_info")
     index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
     if index is None or str(index).strip() == "":
@@ -185,7 +191,7 @@ def _first(raw: Mapping[str, Any], *keys: str) -> Any:
 
 
 def detect_source(rows: RowSource, hint: str) -> str:
-    """"dapo", "aime2024" or "aime2025" from the columns, the first row (year / ID / url) and `hint` (the input path
+    """ "dapo", "aime2024" or "aime2025" from the columns, the first row (year / ID / url) and `hint` (the input path
     or hub id). Raises DataSourceError asking for --source when it cannot tell."""
     columns = set(rows.columns)
     if "agent_name" in columns:
@@ -195,7 +201,8 @@ def detect_source(rows: RowSource, hint: str) -> str:
     if not ({"problem", "answer"} <= columns or {"Problem", "Answer"} <= columns):
         raise DataSourceError(
             f"{rows.description}: columns {sorted(columns)} match neither DAPO (prompt, reward_model, ...) nor an "
-            f"AIME layout (problem/answer or Problem/Answer); pass --source")
+            f"AIME layout (problem/answer or Problem/Answer); pass --source"
+        )
     first = next(iter(rows), {})
     clues = (
         (r"\A20(2[45])\Z", str(first.get("year", ""))),  # yentinglin/aime_2025: year column
@@ -209,7 +216,8 @@ def detect_source(rows: RowSource, hint: str) -> str:
             return f"aime20{found.group(1)}"
     raise DataSourceError(
         f"{rows.description} is in an AIME layout but neither its rows nor its name say 2024 or 2025; "
-        f"pass --source aime2024 or --source aime2025")
+        f"pass --source aime2024 or --source aime2025"
+    )
 
 
 # ---------------------------------------------------------------- whole files
@@ -296,13 +304,17 @@ def prepare(
 def format_summary(summary: dict[str, Any], max_rows: int = 20) -> str:
     """Human-readable report of a prepare summary (the first `max_rows` skipped rows listed)."""
     lines = [
-        (f"{summary['input']} [{summary['source']}] -> {summary['output']} (data_source {summary['data_source']}, "
-         f"prompt style {summary['prompt_style']})"),
+        (
+            f"{summary['input']} [{summary['source']}] -> {summary['output']} (data_source {summary['data_source']}, "
+            f"prompt style {summary['prompt_style']})"
+        ),
         f"rows read {summary['rows_read']}, written {summary['written']}, skipped {summary['skipped']}",
     ]
     if summary["duplicates"] is not None:
-        lines.append(f"duplicates dropped: {summary['duplicates']['by_index']} by index, "
-                     f"{summary['duplicates']['by_problem']} by problem text")
+        lines.append(
+            f"duplicates dropped: {summary['duplicates']['by_index']} by index, "
+            f"{summary['duplicates']['by_problem']} by problem text"
+        )
     if summary["notes"]:
         lines.append(f"notes: {summary['notes']}")
     lines += skipped_rows_lines(summary, max_rows)
@@ -322,11 +334,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="retool-prepare-rl",
         description="Convert DAPO-Math-17k or AIME 2024/2025 into verl RL rows for the ReTool tool agent.",
     )
-    parser.add_argument("--input", required=True,
-                        help="hub id, a local parquet/jsonl/json file, or a dataset directory")
+    parser.add_argument(
+        "--input", required=True, help="hub id, a local parquet/jsonl/json file, or a dataset directory"
+    )
     parser.add_argument("--output", required=True, type=Path, help="output .parquet file")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="input layout; auto detects it from columns, rows and name (default: %(default)s)")
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="auto",
+        help="input layout; auto detects it from columns, rows and name (default: %(default)s)",
+    )
     parser.add_argument("--dedupe", action="store_true", help="keep one row per index and per problem text")
     parser.add_argument("--limit", type=_positive_int, default=None, help="write at most this many rows")
     add_profile_arguments(parser)
@@ -335,9 +352,19 @@ def main(argv: list[str] | None = None) -> int:
     resolve_profile_arguments(args)
     return run_conversion(
         "retool-prepare-rl",
-        lambda: prepare(args.input, args.output, source=args.source, dedupe=args.dedupe, limit=args.limit,
-                        on_error=args.on_error, split=args.split, prompt_style=args.prompt_style),
-        format_summary, args.report, input_errors=(DataSourceError,),
+        lambda: prepare(
+            args.input,
+            args.output,
+            source=args.source,
+            dedupe=args.dedupe,
+            limit=args.limit,
+            on_error=args.on_error,
+            split=args.split,
+            prompt_style=args.prompt_style,
+        ),
+        format_summary,
+        args.report,
+        input_errors=(DataSourceError,),
     )
 
 

@@ -81,8 +81,9 @@ MESSAGES_TYPE = pa.list_(
 # ---------------------------------------------------------------- one row
 
 
-def convert_row(row: Mapping[str, Any], repairs: list[str] | None = None,
-                prompt_style: str = DEFAULT_PROMPT_STYLE) -> list[dict[str, Any]]:
+def convert_row(
+    row: Mapping[str, Any], repairs: list[str] | None = None, prompt_style: str = DEFAULT_PROMPT_STYLE
+) -> list[dict[str, Any]]:
     """Convert one raw ReTool-SFT row into chat `messages` with tool calls (see the module docstring).
 
     Raises ConversionError (with `.kind`) when the row cannot be converted. If `repairs` is given, the kinds of the
@@ -120,7 +121,7 @@ def user_turn(user_content: str, prompt_style: str = DEFAULT_PROMPT_STYLE) -> st
     question = _question(user_content)
     if check_prompt_style(prompt_style) == "qwen_boxed":
         return qwen_boxed_prompt(question)
-    after_marker = user_content[user_content.index(QUESTION_MARKER) + len(QUESTION_MARKER):]
+    after_marker = user_content[user_content.index(QUESTION_MARKER) + len(QUESTION_MARKER) :]
     return after_marker.replace("<answer>", "").replace("</answer>", "").strip()
 
 
@@ -146,8 +147,9 @@ def _split_assistant(text: str, repairs: list[str]) -> tuple[list[tuple[str, str
         if tag == "code":
             if pending is not None:
                 raise ConversionError(
-                    "code_without_output", f"<code> at char {pending[2]} has no <interpreter> output before the "
-                    f"next <code> at char {start}")
+                    "code_without_output",
+                    f"<code> at char {pending[2]} has no <interpreter> output before the next <code> at char {start}",
+                )
             if close == -1:
                 follower = _OPEN_TAG.search(text, body_start)
                 if follower is None or follower.group(1) != "interpreter":
@@ -162,7 +164,8 @@ def _split_assistant(text: str, repairs: list[str]) -> tuple[list[tuple[str, str
                 raise ConversionError("output_without_code", f"<interpreter> at char {start} follows no <code> block")
             if before.strip():
                 raise ConversionError(
-                    "text_between_code_and_output", f"text between </code> and <interpreter> at char {start}")
+                    "text_between_code_and_output", f"text between </code> and <interpreter> at char {start}"
+                )
             if close == -1:
                 raise ConversionError("unclosed_tag", f"<interpreter> at char {start} is never closed")
             rounds.append((pending[0], pending[1], text[body_start:close].strip("\n")))
@@ -170,14 +173,15 @@ def _split_assistant(text: str, repairs: list[str]) -> tuple[list[tuple[str, str
         else:
             if pending is not None:
                 raise ConversionError(
-                    "code_without_output", f"<code> at char {pending[2]} has no <interpreter> output before <answer>")
+                    "code_without_output", f"<code> at char {pending[2]} has no <interpreter> output before <answer>"
+                )
             if close == -1:
                 if _OPEN_TAG.search(text, body_start):
                     raise ConversionError("unclosed_tag", f"<answer> at char {start} is never closed")
                 repairs.append("unclosed_answer_tag")
                 answer, after = text[body_start:], ""
             else:
-                answer, after = text[body_start:close], text[close + len("</answer>"):]
+                answer, after = text[body_start:close], text[close + len("</answer>") :]
             if after.strip():
                 repairs.append("text_after_answer_dropped")
             return rounds, _final(_text(before, before_start), answer, start, repairs)
@@ -206,20 +210,21 @@ def _text(segment: str, offset: int) -> str:
     stray = _ANY_TAG.search(segment)
     if stray:
         raise ConversionError(
-            "stray_tag", f"stray {stray.group(0)} in assistant text near char {offset + stray.start()}")
+            "stray_tag", f"stray {stray.group(0)} in assistant text near char {offset + stray.start()}"
+        )
     return segment.strip()
 
 
 def _code(body: str, offset: int, repairs: list[str]) -> str:
     """The code of a <code> body: inside its ```python fence, or the bare body when the fence is missing."""
     opening = _FENCE_OPEN.match(body)
-    rest = body[opening.end():] if opening else body
+    rest = body[opening.end() :] if opening else body
     closing = rest.find("```")
     if closing == -1:
         code = rest
         repairs.append("unclosed_code_fence" if opening else "code_without_fences")
     else:
-        code, after = rest[:closing], rest[closing + 3:]
+        code, after = rest[:closing], rest[closing + 3 :]
         if after.strip():
             raise ConversionError("text_in_code_block", f"text after the closing ``` inside <code> at char {offset}")
         if not opening:
@@ -286,7 +291,8 @@ def preprocess(
     if not converted:
         raise DataSourceError(
             f"none of the {rows_read} rows of {source.description} could be converted; "
-            f"reasons: {dict(Counter(s['kind'] for s in skipped))}")
+            f"reasons: {dict(Counter(s['kind'] for s in skipped))}"
+        )
 
     tools_type = pa.array([[schema]]).type
     write_parquet(
@@ -335,13 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         prog="retool-sft-preprocess",
         description="Convert ReTool-SFT rows into multi-turn tool-calling SFT rows (messages + tools) for verl.",
     )
-    parser.add_argument("--input", default=None,
-                        help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory "
-                             f"(default: {DEFAULT_RAW / ASSETS['retool_sft'].folder}, where `retool-data download` "
-                             f"puts it, when it is there; else the hub id {ASSETS['retool_sft'].hf_id})")
-    parser.add_argument("--output", type=Path, default=None,
-                        help=f"output .parquet file (default: data/<profile>/{SFT_FILE}, where the SFT launcher "
-                             "reads it)")
+    parser.add_argument(
+        "--input",
+        default=None,
+        help="hub id (JoeYing/ReTool-SFT), a local parquet/jsonl/json file, or a dataset directory "
+        f"(default: {DEFAULT_RAW / ASSETS['retool_sft'].folder}, where `retool-data download` "
+        f"puts it, when it is there; else the hub id {ASSETS['retool_sft'].hf_id})",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"output .parquet file (default: data/<profile>/{SFT_FILE}, where the SFT launcher reads it)",
+    )
     add_profile_arguments(parser, tool_config=True)
     add_conversion_arguments(parser)
     args = parser.parse_args(argv)
@@ -350,14 +362,24 @@ def main(argv: list[str] | None = None) -> int:
     args.output = args.output or data_dir(args.profile) / SFT_FILE
     code = run_conversion(
         "retool-sft-preprocess",
-        lambda: preprocess(args.input, args.output, args.tool_config, on_error=args.on_error, split=args.split,
-                           prompt_style=args.prompt_style),
-        format_summary, args.report, input_errors=(DataSourceError, ToolConfigError),
+        lambda: preprocess(
+            args.input,
+            args.output,
+            args.tool_config,
+            on_error=args.on_error,
+            split=args.split,
+            prompt_style=args.prompt_style,
+        ),
+        format_summary,
+        args.report,
+        input_errors=(DataSourceError, ToolConfigError),
     )
     if code == 0:
-        print(f"\nthe SFT launcher reads it from its folder: PROFILE={args.profile} DATA_DIR="
-              f"{args.output.parent.resolve()} ./run_qwen3_4b_sft_npu.sh\nRL needs {RL_TRAIN_FILE} and {RL_VAL_FILE} "
-              f"beside it: `retool-data prepare --profile {args.profile}` writes all three")
+        print(
+            f"\nthe SFT launcher reads it from its folder: PROFILE={args.profile} DATA_DIR="
+            f"{args.output.parent.resolve()} ./run_qwen3_4b_sft_npu.sh\nRL needs {RL_TRAIN_FILE} and {RL_VAL_FILE} "
+            f"beside it: `retool-data prepare --profile {args.profile}` writes all three"
+        )
     return code
 
 

@@ -45,15 +45,23 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any] | 
             source = config_source(args.config, args.override)
             cfg = load_config(args.config, args.override)
             kind = config_kind(cfg)
-            config_check = Check(OK, "config", f"{args.config} resolves ({'RL' if kind == 'rl' else 'SFT'}, device "
-                                               f"{dig(cfg, 'trainer.device', '?')}, {dig(cfg, 'trainer.nnodes', 1)} "
-                                               f"node(s) x {dig(cfg, 'trainer.n_gpus_per_node', 1)})")
+            config_check = Check(
+                OK,
+                "config",
+                f"{args.config} resolves ({'RL' if kind == 'rl' else 'SFT'}, device "
+                f"{dig(cfg, 'trainer.device', '?')}, {dig(cfg, 'trainer.nnodes', 1)} "
+                f"node(s) x {dig(cfg, 'trainer.n_gpus_per_node', 1)})",
+            )
         except ConfigError as e:
             config_check = Check(FAIL, "config", f"{e}")
     stage = args.stage or (config_kind(cfg) if cfg else "install")
     if cfg is not None and stage != "install" and stage != config_kind(cfg):
-        config_check = Check(FAIL, "config", f"--stage {stage} checks the {stage.upper()} launcher, but {args.config} "
-                                             f"is an {config_kind(cfg).upper()} config")
+        config_check = Check(
+            FAIL,
+            "config",
+            f"--stage {stage} checks the {stage.upper()} launcher, but {args.config} "
+            f"is an {config_kind(cfg).upper()} config",
+        )
     extra = args.extra or (dig(cfg, "trainer.device") if cfg else None) or devices.kind
     extra = extra if extra in (pins.get("extras") or {}) else devices.kind
     checks = [check_python(pins, extra), check_packages(pins, extra), check_patches(extra=extra)]
@@ -75,9 +83,15 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any] | 
     tool_check, tool_url = check_tool_config(cfg)
     checks.append(tool_check)
     if sandbox_url and tool_url and _other_server(sandbox_url, tool_url):
-        checks.append(Check(WARN, "sandbox url", f"checking {base_url(sandbox_url)} but the tool config sends "
-                                                 f"code to {tool_url}: set RETOOL_SANDBOX_URL (or --sandbox-url) "
-                                                 "to the same server"))
+        checks.append(
+            Check(
+                WARN,
+                "sandbox url",
+                f"checking {base_url(sandbox_url)} but the tool config sends "
+                f"code to {tool_url}: set RETOOL_SANDBOX_URL (or --sandbox-url) "
+                "to the same server",
+            )
+        )
     sandbox_url = sandbox_url or tool_url
     rl = config_kind(cfg) == "rl"
     checks.append(check_sandbox(sandbox_url, rl=rl))
@@ -92,27 +106,58 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any] | 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retool-doctor", description=retool.doctor.__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", choices=STAGES, default=None,
-                        help="where you are on the README's path: install (right after installing: what is not "
-                             "there yet is listed as next steps), sft or rl (before that launch: everything it needs "
-                             "must be there). Default: the config's stage (sft or rl); install without --config")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="launcher .sh (run with DRY_RUN=1), resolved YAML, or recipe Hydra YAML")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra Hydra override for --config (passed to a launcher as an argument); repeatable")
-    parser.add_argument("--sandbox-url", default=None,
-                        help="sandbox base or /run_code URL (default: the tool config's sandbox_fusion_url)")
+    parser.add_argument(
+        "--stage",
+        choices=STAGES,
+        default=None,
+        help="where you are on the README's path: install (right after installing: what is not "
+        "there yet is listed as next steps), sft or rl (before that launch: everything it needs "
+        "must be there). Default: the config's stage (sft or rl); install without --config",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="launcher .sh (run with DRY_RUN=1), resolved YAML, or recipe Hydra YAML",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra override for --config (passed to a launcher as an argument); repeatable",
+    )
+    parser.add_argument(
+        "--sandbox-url",
+        default=None,
+        help="sandbox base or /run_code URL (default: the tool config's sandbox_fusion_url)",
+    )
     parser.add_argument("--ray-address", default=None, help="Ray cluster to check (default: $RAY_ADDRESS)")
-    parser.add_argument("--extra", choices=["cpu", "cuda", "npu"], default=None,
-                        help="which pinned extra to check (default: the config's trainer.device, else this host's)")
-    parser.add_argument("--model-config", default=None,
-                        help=f"model shape for the memory and disk estimates when the model folder is elsewhere: "
-                             f"{', '.join(KNOWN_MODELS)} or a config.json path")
-    parser.add_argument("--device-memory-gb", type=float, default=None,
-                        help="memory per device for the estimate (default: read from the device, 64 for an A3 die)")
-    parser.add_argument("--cann-info", type=Path, default=None,
-                        help="CANN's ascend_toolkit_install.info for the NPU stack check (default: found through "
-                             "ASCEND_TOOLKIT_HOME or under /usr/local/Ascend)")
+    parser.add_argument(
+        "--extra",
+        choices=["cpu", "cuda", "npu"],
+        default=None,
+        help="which pinned extra to check (default: the config's trainer.device, else this host's)",
+    )
+    parser.add_argument(
+        "--model-config",
+        default=None,
+        help=f"model shape for the memory and disk estimates when the model folder is elsewhere: "
+        f"{', '.join(KNOWN_MODELS)} or a config.json path",
+    )
+    parser.add_argument(
+        "--device-memory-gb",
+        type=float,
+        default=None,
+        help="memory per device for the estimate (default: read from the device, 64 for an A3 die)",
+    )
+    parser.add_argument(
+        "--cann-info",
+        type=Path,
+        default=None,
+        help="CANN's ascend_toolkit_install.info for the NPU stack check (default: found through "
+        "ASCEND_TOOLKIT_HOME or under /usr/local/Ascend)",
+    )
     return parser
 
 
@@ -123,10 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"retool-doctor ({stage} stage): {summary(checks)}")
     device = dig(cfg, "trainer.device") if cfg else None
     if device in ("npu", "cuda"):  # the README's path; the CPU smoke (make smoke) builds its own inputs
-        model = model_path(cfg) if stage == "rl" and dig(cfg, "actor_rollout_ref.model.path") != MODEL_PATH_NOT_SET \
+        model = (
+            model_path(cfg)
+            if stage == "rl" and dig(cfg, "actor_rollout_ref.model.path") != MODEL_PATH_NOT_SET
             else SFT_MODEL
-        steps = next_steps(stage, checks, Launchers.of(device), run_profile()[0],
-                           int(dig(cfg, "trainer.nnodes", 1) or 1), str(model))
+        )
+        steps = next_steps(
+            stage, checks, Launchers.of(device), run_profile()[0], int(dig(cfg, "trainer.nnodes", 1) or 1), str(model)
+        )
         print("next, as in the README:\n" + "\n".join(f"  {step}" for step in steps))
     return exit_status(checks)
 

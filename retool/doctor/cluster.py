@@ -15,9 +15,14 @@ def check_ray(address: str | None, cfg: dict[str, Any] | None) -> Check:
         return Check(SKIP, "ray", "SFT runs under torchrun, not Ray (several nodes: NNODES, NODE_RANK, MASTER_ADDR)")
     if not address:
         if nnodes > 1:
-            return Check(FAIL, "ray", f"config asks for {nnodes} nodes but no Ray cluster is given: start one "
-                                      "(ray start --head; ray start --address=HEAD:6379 on the others; "
-                                      "docs/multinode.md) and pass --ray-address or set RAY_ADDRESS", step=RAY)
+            return Check(
+                FAIL,
+                "ray",
+                f"config asks for {nnodes} nodes but no Ray cluster is given: start one "
+                "(ray start --head; ray start --address=HEAD:6379 on the others; "
+                "docs/multinode.md) and pass --ray-address or set RAY_ADDRESS",
+                step=RAY,
+            )
         return Check(OK, "ray", "single node: the trainer starts its own Ray")
     try:
         import ray
@@ -29,8 +34,12 @@ def check_ray(address: str | None, cfg: dict[str, Any] | None) -> Check:
         finally:
             ray.shutdown()
     except Exception as e:  # ConnectionError, RuntimeError, ...: all mean "not reachable"
-        return Check(FAIL, "ray", f"cannot connect to {address} ({type(e).__name__}: {e}) -> is `ray start --head` "
-                                  "running there and the port open?")
+        return Check(
+            FAIL,
+            "ray",
+            f"cannot connect to {address} ({type(e).__name__}: {e}) -> is `ray start --head` "
+            "running there and the port open?",
+        )
     accel = {k: v for k, v in resources.items() if k in ("GPU", "NPU")}
     msg = f"{address}: {len(nodes)} node(s) alive, resources {accel or 'no GPU/NPU'}"
     if len(nodes) < nnodes:

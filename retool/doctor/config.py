@@ -75,8 +75,7 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     if path.suffix == ".sh":
         env = {**os.environ, "DRY_RUN": "1"}
         try:
-            proc = subprocess.run(["bash", str(path), *overrides], capture_output=True, text=True, env=env,
-                                  timeout=300)
+            proc = subprocess.run(["bash", str(path), *overrides], capture_output=True, text=True, env=env, timeout=300)
         except subprocess.TimeoutExpired as e:
             raise ConfigError(f"DRY_RUN=1 {path} did not finish in 300 s") from e
         if proc.returncode != 0:
@@ -117,7 +116,7 @@ def compose_recipe(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def config_kind(cfg: dict[str, Any]) -> str:
-    """"rl" (main_ppo) or "sft" (sft_trainer)."""
+    """ "rl" (main_ppo) or "sft" (sft_trainer)."""
     return "rl" if "actor_rollout_ref" in cfg else "sft"
 
 

@@ -63,16 +63,29 @@ def check_devices(devices: Devices, cfg: dict[str, Any] | None) -> Check:
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
     if want_kind == "cpu":
         # CPU runs use a bookkeeping "GPU" per worker; the host is the device.
-        return Check(OK, "devices", f"config runs on the host CPU ({os.cpu_count()} cores, "
-                                    f"{want} worker(s) per node); {seen} visible")
+        return Check(
+            OK,
+            "devices",
+            f"config runs on the host CPU ({os.cpu_count()} cores, {want} worker(s) per node); {seen} visible",
+        )
     if devices.kind != want_kind:
-        hint = {"npu": "is torch_npu installed (the CANN image) and ASCEND_RT_VISIBLE_DEVICES set?",
-                "cuda": "is the CUDA build of torch installed and CUDA_VISIBLE_DEVICES set?"}.get(want_kind, "")
-        return Check(FAIL, "devices", f"config asks for {want} x {want_kind} per node but this host shows {seen}; "
-                                      f"{hint} (or check the config on the target machine)")
+        hint = {
+            "npu": "is torch_npu installed (the CANN image) and ASCEND_RT_VISIBLE_DEVICES set?",
+            "cuda": "is the CUDA build of torch installed and CUDA_VISIBLE_DEVICES set?",
+        }.get(want_kind, "")
+        return Check(
+            FAIL,
+            "devices",
+            f"config asks for {want} x {want_kind} per node but this host shows {seen}; "
+            f"{hint} (or check the config on the target machine)",
+        )
     if devices.count < want:
-        return Check(FAIL, "devices", f"config asks for {want} x {want_kind} per node (trainer.n_gpus_per_node) but "
-                                      f"only {devices.count} are visible: lower NPROC_PER_NODE / "
-                                      "trainer.n_gpus_per_node or free the devices")
+        return Check(
+            FAIL,
+            "devices",
+            f"config asks for {want} x {want_kind} per node (trainer.n_gpus_per_node) but "
+            f"only {devices.count} are visible: lower NPROC_PER_NODE / "
+            "trainer.n_gpus_per_node or free the devices",
+        )
     extra = f"; {devices.count - want} more visible than used" if devices.count > want else ""
     return Check(OK, "devices", f"{want} x {want_kind} per node x {nnodes} node(s) requested, {seen} visible{extra}")

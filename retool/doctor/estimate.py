@@ -13,8 +13,16 @@ GIB = 1024**3
 
 # Shapes for when the model folder is not on this machine (public config.json values).
 KNOWN_MODELS: dict[str, dict[str, Any]] = {
-    "qwen3-4b": {"hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728, "vocab_size": 151936,
-                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True},
+    "qwen3-4b": {
+        "hidden_size": 2560,
+        "num_hidden_layers": 36,
+        "intermediate_size": 9728,
+        "vocab_size": 151936,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": True,
+    },
 }
 # The model the recipe trains (Qwen3-4B-Instruct-2507): the run's size before its folder is downloaded.
 RECIPE_MODEL = "qwen3-4b"
@@ -55,10 +63,21 @@ class MemoryEstimate:
         return sum(self.rollout_gb.values())
 
 
-def estimate_memory(hf: dict[str, Any], *, world: int, tokens: int, grad_ckpt: bool, param_offload: bool,
-                    optimizer_offload: bool, offload_policy: bool = False, fp32_master: bool = True,
-                    rollout_util: float | None = None, rollout_tp: int = 1, max_model_len: int | None = None,
-                    device_gb: float | None = None) -> MemoryEstimate:
+def estimate_memory(
+    hf: dict[str, Any],
+    *,
+    world: int,
+    tokens: int,
+    grad_ckpt: bool,
+    param_offload: bool,
+    optimizer_offload: bool,
+    offload_policy: bool = False,
+    fp32_master: bool = True,
+    rollout_util: float | None = None,
+    rollout_tp: int = 1,
+    max_model_len: int | None = None,
+    device_gb: float | None = None,
+) -> MemoryEstimate:
     """A rough per-device peak under FSDP full sharding over ``world`` devices, in GiB.
 
     Training peak: sharded fp32 master weights, fp32 grads and Adam moments (verl's param/optimizer offload moves
@@ -71,8 +90,9 @@ def estimate_memory(hf: dict[str, Any], *, world: int, tokens: int, grad_ckpt: b
     """
     text = hf.get("text_config") or hf
     p = param_count(hf)
-    h, layers, inter, vocab = (int(text[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
-                                                      "vocab_size"))
+    h, layers, inter, vocab = (
+        int(text[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+    )
     heads = int(text["num_attention_heads"])
     kv = int(text.get("num_key_value_heads") or heads)
     hd = int(text.get("head_dim") or h // heads)
@@ -84,8 +104,12 @@ def estimate_memory(hf: dict[str, Any], *, world: int, tokens: int, grad_ckpt: b
         "grads": 4 * p / world * shard * gb,
         "optimizer": 8 * p / world * shard * gb,
         "gathered layer": 2 * 2 * max(vocab * h, 4 * h * h + 3 * h * inter) * gb,  # current + prefetched, bf16
-        "activations": (layers * tokens * h * 2 + tokens * (16 * h + 4 * inter) * 2 if grad_ckpt
-                        else layers * tokens * (16 * h + 4 * inter) * 2) * gb,
+        "activations": (
+            layers * tokens * h * 2 + tokens * (16 * h + 4 * inter) * 2
+            if grad_ckpt
+            else layers * tokens * (16 * h + 4 * inter) * 2
+        )
+        * gb,
         "logits": tokens * vocab * (2 + 2) * gb,  # bf16 logits and their gradient (log-probs are chunked)
         "runtime": 2.0,
     }
@@ -133,8 +157,9 @@ def checkpoint_saves(total_steps: int, save_freq: int, *, last_step_always: bool
     return 1 if last_step_always else 0
 
 
-def estimate_checkpoints(hf: dict[str, Any], *, save_contents: list[str], saves: int, keep: int | None,
-                         fp32_master: bool = True) -> CheckpointEstimate:
+def estimate_checkpoints(
+    hf: dict[str, Any], *, save_contents: list[str], saves: int, keep: int | None, fp32_master: bool = True
+) -> CheckpointEstimate:
     """Disk of ``saves`` checkpoints of which verl keeps the newest ``keep`` (None or <= 0: all).
 
     One checkpoint (verl's FSDP checkpoint manager) holds what ``save_contents`` names: ``model`` (the sharded

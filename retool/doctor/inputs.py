@@ -27,18 +27,32 @@ def check_model(cfg: dict[str, Any]) -> tuple[Check, dict[str, Any] | None]:
     path = Path(os.path.expanduser(str(path_text)))
     if config_kind(cfg) == "rl" and (str(path_text) == MODEL_PATH_NOT_SET or not path.exists()):
         what = "MODEL_PATH is not set" if str(path_text) == MODEL_PATH_NOT_SET else f"{path} does not exist"
-        return Check(FAIL, "model", f"{what}: RL starts from the SFT model -> run the SFT stage, then set MODEL_PATH "
-                                    "to the model it printed at its end (python -m retool.next_step sft "
-                                    "runs/sft-<time> prints it again)", step=SFT), None
+        return Check(
+            FAIL,
+            "model",
+            f"{what}: RL starts from the SFT model -> run the SFT stage, then set MODEL_PATH "
+            "to the model it printed at its end (python -m retool.next_step sft "
+            "runs/sft-<time> prints it again)",
+            step=SFT,
+        ), None
     if not path.exists():
-        return Check(FAIL, "model", f"{path} does not exist -> retool-data download (it puts Qwen3-4B-Instruct-2507 "
-                                    "in models/; MODEL_PATH names another folder); the hub is not reachable at run "
-                                    "time", step=DOWNLOAD), None
+        return Check(
+            FAIL,
+            "model",
+            f"{path} does not exist -> retool-data download (it puts Qwen3-4B-Instruct-2507 "
+            "in models/; MODEL_PATH names another folder); the hub is not reachable at run "
+            "time",
+            step=DOWNLOAD,
+        ), None
     try:
         hf = json.loads((path / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
-        return Check(FAIL, "model", f"{path}/config.json cannot be read ({e}): is this a Hugging Face folder? "
-                                    "FSDP checkpoints need `python -m verl.model_merger merge` first"), None
+        return Check(
+            FAIL,
+            "model",
+            f"{path}/config.json cannot be read ({e}): is this a Hugging Face folder? "
+            "FSDP checkpoints need `python -m verl.model_merger merge` first",
+        ), None
     missing = []
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         missing.append("tokenizer files")
@@ -84,8 +98,10 @@ def check_data(cfg: dict[str, Any]) -> Check:
         if lacking:
             problems.append(f"{path} lacks columns {lacking} (has {sorted(columns)})")
         if kind == "rl" and "agent_name" not in columns:
-            problems.append(f"{path} has no agent_name column: rows would use the single-turn loop, not the tool "
-                            f"loop (convert it with retool-data prepare --profile {run_profile()[0]})")
+            problems.append(
+                f"{path} has no agent_name column: rows would use the single-turn loop, not the tool "
+                f"loop (convert it with retool-data prepare --profile {run_profile()[0]})"
+            )
         described.append(f"{role} {path.name} ({meta.num_rows} rows)")
     if missing:
         step, how = preparation(missing[0])
@@ -128,8 +144,11 @@ def check_profile_data(cfg: dict[str, Any], source: str, path: Path) -> Check:
     from retool.profiles import check_data, data_files, get_profile
 
     if source == RECIPE:
-        return Check(SKIP, "profile data", "a recipe config: its data paths follow RETOOL_DATA_DIR; check a launcher "
-                                           "or a run's <stage>.resolved.yaml")
+        return Check(
+            SKIP,
+            "profile data",
+            "a recipe config: its data paths follow RETOOL_DATA_DIR; check a launcher or a run's <stage>.resolved.yaml",
+        )
     name, chosen = run_profile()
     try:
         profile = get_profile(name)
@@ -150,6 +169,10 @@ def check_profile_data(cfg: dict[str, Any], source: str, path: Path) -> Check:
         return Check(SKIP, "profile data", f"cannot read the rows ({type(e).__name__}: {e}): see the data line")
     checked = ", ".join(f.name for f in files)
     if problems:
-        return Check(FAIL, "profile data", "; ".join(problems) + f" (checked against the {name} profile, {chosen}); "
-                                           "or set PROFILE to the profile the data was converted for")
+        return Check(
+            FAIL,
+            "profile data",
+            "; ".join(problems) + f" (checked against the {name} profile, {chosen}); "
+            "or set PROFILE to the profile the data was converted for",
+        )
     return Check(OK, "profile data", f"{checked} match the {name} profile ({chosen})")

@@ -19,8 +19,9 @@ DEFAULT_SAVE_CONTENTS = ["model", "optimizer", "extra"]  # verl's default for th
 DISK_WARN_SHARE = 0.8  # warn when checkpoints would take more than this share of the free space
 
 
-def model_shape(cfg: dict[str, Any], hf: dict[str, Any] | None,
-                override: str | None = None) -> tuple[dict[str, Any] | None, str]:
+def model_shape(
+    cfg: dict[str, Any], hf: dict[str, Any] | None, override: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
     """The model's config: ``override`` (a known name or a config.json path), the model folder, or a known name
     found in the model path."""
     if override:
@@ -32,8 +33,10 @@ def model_shape(cfg: dict[str, Any], hf: dict[str, Any] | None,
         try:
             return json.loads(path.read_text()), str(path)
         except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--model-config {override}: neither a known model ({', '.join(KNOWN_MODELS)}) nor "
-                              f"a readable config.json ({e})") from e
+            raise ConfigError(
+                f"--model-config {override}: neither a known model ({', '.join(KNOWN_MODELS)}) nor "
+                f"a readable config.json ({e})"
+            ) from e
     if hf:
         return hf, "config.json"
     name = str(model_path(cfg) or "").lower()
@@ -43,16 +46,25 @@ def model_shape(cfg: dict[str, Any], hf: dict[str, Any] | None,
     return None, ""
 
 
-def _shape_or_check(name: str, cfg: dict[str, Any], hf: dict[str, Any] | None,
-                    model_config: str | None) -> tuple[dict[str, Any] | None, str, Check | None]:
+def _shape_or_check(
+    name: str, cfg: dict[str, Any], hf: dict[str, Any] | None, model_config: str | None
+) -> tuple[dict[str, Any] | None, str, Check | None]:
     """model_shape, or the Check that says why there is none."""
     try:
         shape, source = model_shape(cfg, hf, model_config)
     except ConfigError as e:
         return None, "", Check(FAIL, name, str(e))
     if shape is None:
-        return None, "", Check(SKIP, name, "model config unavailable (model folder missing): pass --model-config "
-                                           f"{'|'.join(KNOWN_MODELS)} or a config.json")
+        return (
+            None,
+            "",
+            Check(
+                SKIP,
+                name,
+                "model config unavailable (model folder missing): pass --model-config "
+                f"{'|'.join(KNOWN_MODELS)} or a config.json",
+            ),
+        )
     return shape, source, None
 
 
@@ -72,31 +84,42 @@ def memory_inputs(cfg: dict[str, Any]) -> dict[str, Any]:
             tokens = int(actor.get("ppo_max_token_len_per_gpu") or prompt + response)
         else:
             tokens = int(actor.get("ppo_micro_batch_size_per_gpu") or 1) * (prompt + response) // sp
-        return dict(world=world, tokens=max(tokens, 1),
-                    grad_ckpt=bool(dig(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
-                    param_offload=bool(fsdp.get("param_offload")),
-                    optimizer_offload=bool(fsdp.get("optimizer_offload")),
-                    offload_policy=bool(fsdp.get("offload_policy")),
-                    fp32_master=str(fsdp.get("model_dtype", "fp32")) in FP32,
-                    rollout_util=float(rollout.get("gpu_memory_utilization") or 0.5),
-                    rollout_tp=int(rollout.get("tensor_model_parallel_size") or 1),
-                    max_model_len=int(rollout.get("max_model_len") or prompt + response))
+        return dict(
+            world=world,
+            tokens=max(tokens, 1),
+            grad_ckpt=bool(dig(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
+            param_offload=bool(fsdp.get("param_offload")),
+            optimizer_offload=bool(fsdp.get("optimizer_offload")),
+            offload_policy=bool(fsdp.get("offload_policy")),
+            fp32_master=str(fsdp.get("model_dtype", "fp32")) in FP32,
+            rollout_util=float(rollout.get("gpu_memory_utilization") or 0.5),
+            rollout_tp=int(rollout.get("tensor_model_parallel_size") or 1),
+            max_model_len=int(rollout.get("max_model_len") or prompt + response),
+        )
     engine, data = dig(cfg, "engine", {}) or {}, dig(cfg, "data", {}) or {}
     sp = int(engine.get("ulysses_sequence_parallel_size") or dig(cfg, "ulysses_sequence_parallel_size", 1) or 1)
     if data.get("use_dynamic_bsz", True):
         tokens = int(data.get("max_token_len_per_gpu") or data.get("max_length") or 1024)
     else:
         tokens = int(data.get("micro_batch_size_per_gpu") or 1) * int(data.get("max_length") or 1024) // sp
-    return dict(world=world, tokens=max(tokens, 1),
-                grad_ckpt=bool(dig(cfg, "model.enable_gradient_checkpointing", True)),
-                param_offload=bool(engine.get("param_offload")),
-                optimizer_offload=bool(engine.get("optimizer_offload")),
-                offload_policy=bool(engine.get("offload_policy")),
-                fp32_master=str(engine.get("model_dtype", "fp32")) in FP32)
+    return dict(
+        world=world,
+        tokens=max(tokens, 1),
+        grad_ckpt=bool(dig(cfg, "model.enable_gradient_checkpointing", True)),
+        param_offload=bool(engine.get("param_offload")),
+        optimizer_offload=bool(engine.get("optimizer_offload")),
+        offload_policy=bool(engine.get("offload_policy")),
+        fp32_master=str(engine.get("model_dtype", "fp32")) in FP32,
+    )
 
 
-def check_memory(cfg: dict[str, Any], hf: dict[str, Any] | None, devices: Devices,
-                 device_gb: float | None, model_config: str | None = None) -> Check:
+def check_memory(
+    cfg: dict[str, Any],
+    hf: dict[str, Any] | None,
+    devices: Devices,
+    device_gb: float | None,
+    model_config: str | None = None,
+) -> Check:
     shape, source, problem = _shape_or_check("memory", cfg, hf, model_config)
     if problem is not None:
         return problem
@@ -117,22 +140,30 @@ def check_memory(cfg: dict[str, Any], hf: dict[str, Any] | None, devices: Device
     capacity = device_gb
     if want_kind == "cpu":
         total *= kwargs["world"]  # every CPU worker shares the host's RAM
-    msg = (f"~{total:.1f} GiB per device for training ({parts}; up to {kwargs['tokens']} tokens per micro-batch, "
-           f"{kwargs['world']} device(s), {source}) of {capacity:.0f} GiB")
+    msg = (
+        f"~{total:.1f} GiB per device for training ({parts}; up to {kwargs['tokens']} tokens per micro-batch, "
+        f"{kwargs['world']} device(s), {source}) of {capacity:.0f} GiB"
+    )
     problems = []
     if total > capacity:
-        problems.append("training does not fit: enable actor fsdp_config param_offload/optimizer_offload (or "
-                        "offload_policy), raise ulysses_sequence_parallel_size, lower ppo_max_token_len_per_gpu / "
-                        "micro batch, or use more devices")
+        problems.append(
+            "training does not fit: enable actor fsdp_config param_offload/optimizer_offload (or "
+            "offload_policy), raise ulysses_sequence_parallel_size, lower ppo_max_token_len_per_gpu / "
+            "micro batch, or use more devices"
+        )
     if est.rollout_gb:
         msg += f"; rollout phase ~{est.rollout_total:.1f} GiB"
         if est.rollout_total > capacity:
-            problems.append("rollout phase does not fit: offload params/optimizer during rollout or lower "
-                            "rollout.gpu_memory_utilization")
+            problems.append(
+                "rollout phase does not fit: offload params/optimizer during rollout or lower "
+                "rollout.gpu_memory_utilization"
+            )
         if est.vllm_needs_gb and est.vllm_budget_gb and est.vllm_needs_gb > est.vllm_budget_gb:
-            problems.append(f"vLLM needs ~{est.vllm_needs_gb:.1f} GiB for weights + one {kwargs['max_model_len']}-"
-                            f"token sequence but gets {est.vllm_budget_gb:.1f}: raise gpu_memory_utilization or "
-                            "tensor_model_parallel_size")
+            problems.append(
+                f"vLLM needs ~{est.vllm_needs_gb:.1f} GiB for weights + one {kwargs['max_model_len']}-"
+                f"token sequence but gets {est.vllm_budget_gb:.1f}: raise gpu_memory_utilization or "
+                "tensor_model_parallel_size"
+            )
     if problems:
         return Check(WARN, "memory", msg + " -> " + "; ".join(problems))
     return Check(OK, "memory", msg + " (a rough estimate)")
@@ -145,13 +176,17 @@ def training_steps(cfg: dict[str, Any]) -> tuple[int | None, str]:
     """The run's optimizer steps as verl counts them (``planned_steps``), and how they were counted."""
     steps = planned_steps(cfg)
     if steps is None:
-        return None, ("the step count is unknown (no trainer.total_training_steps, and the train files are "
-                      "unreadable or data.train_batch_size is unset)")
+        return None, (
+            "the step count is unknown (no trainer.total_training_steps, and the train files are "
+            "unreadable or data.train_batch_size is unset)"
+        )
     if dig(cfg, "trainer.total_training_steps"):
         return steps, f"{steps} steps (trainer.total_training_steps)"
     rows = capped(parquet_rows(dig(cfg, "data.train_files")), dig(cfg, "data.train_max_samples"))
-    return steps, (f"{steps} steps ({rows} train rows // batch {dig(cfg, 'data.train_batch_size')} x "
-                   f"{dig(cfg, 'trainer.total_epochs', 1)} epochs)")
+    return steps, (
+        f"{steps} steps ({rows} train rows // batch {dig(cfg, 'data.train_batch_size')} x "
+        f"{dig(cfg, 'trainer.total_epochs', 1)} epochs)"
+    )
 
 
 def checkpoint_plan(cfg: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
@@ -164,7 +199,10 @@ def checkpoint_plan(cfg: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
     keep = dig(cfg, keep_key)
     kwargs: dict[str, Any] = dict(
         save_contents=list(dig(cfg, prefix + "checkpoint.save_contents", None) or DEFAULT_SAVE_CONTENTS),
-        keep=int(keep) if keep is not None else None, fp32_master=str(dtype) in FP32, saves=None)
+        keep=int(keep) if keep is not None else None,
+        fp32_master=str(dtype) in FP32,
+        saves=None,
+    )
     freq = dig(cfg, "trainer.save_freq", -1)
     steps, how = training_steps(cfg)
     if freq == "after_each_epoch":  # verl's SFT option: one save per epoch
@@ -198,8 +236,9 @@ def check_disk(cfg: dict[str, Any], hf: dict[str, Any] | None, model_config: str
     kwargs, how, keep_key = checkpoint_plan(cfg)
     if kwargs["saves"] is None:
         if not kwargs["keep"]:
-            return Check(WARN, "disk", f"cannot count the checkpoints: {how}; set trainer.total_training_steps or "
-                                       f"{keep_key}")
+            return Check(
+                WARN, "disk", f"cannot count the checkpoints: {how}; set trainer.total_training_steps or {keep_key}"
+            )
         kwargs["saves"] = kwargs["keep"]  # at most that many stay, however many are written
         how = f"at most {keep_key} {kwargs['keep']} kept"
     if kwargs["saves"] == 0:
@@ -208,10 +247,14 @@ def check_disk(cfg: dict[str, Any], hf: dict[str, Any] | None, model_config: str
     folder = existing_folder(Path(os.path.expanduser(str(local_dir))))
     free = shutil.disk_usage(folder).free / GIB
     parts = ", ".join(f"{k} {v:.1f}" for k, v in est.per_checkpoint_gb.items())
-    msg = (f"~{est.total_gb:.1f} GiB of checkpoints ({est.kept} kept of {est.saves} saved x {est.per_checkpoint:.1f} "
-           f"GiB: {parts}; {how}; {source}) under {local_dir}; {free:.1f} GiB free on {folder}")
-    fix = (f"free space, point trainer.default_local_dir (RUN_DIR for the launchers) at a larger disk, or keep fewer "
-           f"checkpoints: {keep_key}=N or a larger trainer.save_freq")
+    msg = (
+        f"~{est.total_gb:.1f} GiB of checkpoints ({est.kept} kept of {est.saves} saved x {est.per_checkpoint:.1f} "
+        f"GiB: {parts}; {how}; {source}) under {local_dir}; {free:.1f} GiB free on {folder}"
+    )
+    fix = (
+        f"free space, point trainer.default_local_dir (RUN_DIR for the launchers) at a larger disk, or keep fewer "
+        f"checkpoints: {keep_key}=N or a larger trainer.save_freq"
+    )
     if est.total_gb > free:
         return Check(FAIL, "disk", f"{msg} -> they do not fit: {fix}")
     if est.total_gb > DISK_WARN_SHARE * free:

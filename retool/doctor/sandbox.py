@@ -43,8 +43,9 @@ def check_sandbox(url: str | None, rl: bool = False) -> Check:
         if e.__cause__ is None:  # it answered, but not "pong"
             return Check(FAIL, "sandbox", str(e))
         start_hint = f"start it: retool-sandbox serve --host {parts.hostname} --port {parts.port or 8080}"
-        return Check(FAIL, "sandbox", f"{base} does not answer GET /v1/ping ({e.__cause__}) -> {start_hint}",
-                     step=SANDBOX)
+        return Check(
+            FAIL, "sandbox", f"{base} does not answer GET /v1/ping ({e.__cause__}) -> {start_hint}", step=SANDBOX
+        )
     reply = client.run_sync("print(6*7)")
     if reply.status == "unavailable":
         return Check(FAIL, "sandbox", f"{base}/run_code failed on print(6*7): {reply.problem}")
@@ -52,17 +53,22 @@ def check_sandbox(url: str | None, rl: bool = False) -> Check:
         return Check(FAIL, "sandbox", f"{base}/run_code ran print(6*7) but returned {reply.body!r:.300}")
     health = client.health()
     if health is None:
-        detail = (f"{base} runs code but has no /health (SandboxFusion?): its default isolation is none (code runs "
-                  "as the server user); prefer retool-sandbox")
+        detail = (
+            f"{base} runs code but has no /health (SandboxFusion?): its default isolation is none (code runs "
+            "as the server user); prefer retool-sandbox"
+        )
         if not rl:
             return Check(WARN, "sandbox", detail)
         return _weak_for_rl(detail, "this RL run executes the code the model writes")
     isolation = health.get("isolation", "?")
-    detail = (f"{base} runs code; isolation {isolation} ({health.get('mode', '?')} mode), "
-              f"{health.get('slots', '?')} slots, python {health.get('python_version', '?')}")
+    detail = (
+        f"{base} runs code; isolation {isolation} ({health.get('mode', '?')} mode), "
+        f"{health.get('slots', '?')} slots, python {health.get('python_version', '?')}"
+    )
     if rl and isolation not in STRONG_TIERS:
-        return _weak_for_rl(detail, f"isolation {isolation} is weaker than bwrap and this RL run executes the code "
-                                    "the model writes")
+        return _weak_for_rl(
+            detail, f"isolation {isolation} is weaker than bwrap and this RL run executes the code the model writes"
+        )
     if isolation == "none":
         return Check(WARN, "sandbox", detail + " -> model code is not isolated; restart with --isolation auto")
     return Check(OK, "sandbox", detail)
@@ -83,8 +89,10 @@ def trajectories_per_node(cfg: dict[str, Any]) -> tuple[int, str]:
     batch = int(dig(cfg, "data.train_batch_size", 1) or 1)
     n = int(dig(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     nnodes = int(dig(cfg, "trainer.nnodes", 1) or 1)
-    how = (f"data.train_batch_size {batch} x actor_rollout_ref.rollout.n {n} / trainer.nnodes {nnodes}; validation "
-           "not counted")
+    how = (
+        f"data.train_batch_size {batch} x actor_rollout_ref.rollout.n {n} / trainer.nnodes {nnodes}; validation "
+        "not counted"
+    )
     return -(-batch * n // nnodes), how
 
 
@@ -104,16 +112,25 @@ def check_sessions(cfg: dict[str, Any], url: str | None) -> Check:
     needed, how = trajectories_per_node(cfg)
     health = client.health()
     if health is None:
-        return Check(FAIL, "sessions", f"{client.base} has no /health: not a retool-sandbox, so it keeps no sessions "
-                                       f"(SandboxFusion ignores session_id), but {tool_path} has session_mode "
-                                       f"per_trajectory -> serve retool-sandbox with --max-sessions {needed} ({how}), "
-                                       "or set session_mode: stateless")
+        return Check(
+            FAIL,
+            "sessions",
+            f"{client.base} has no /health: not a retool-sandbox, so it keeps no sessions "
+            f"(SandboxFusion ignores session_id), but {tool_path} has session_mode "
+            f"per_trajectory -> serve retool-sandbox with --max-sessions {needed} ({how}), "
+            "or set session_mode: stateless",
+        )
     sessions = health.get("sessions")
     most = sessions.get("max") if isinstance(sessions, dict) else None
     if not isinstance(most, int) or most < needed:
         keeps = f"keeps at most {most} sessions" if isinstance(most, int) else "has sessions disabled"
-        return Check(FAIL, "sessions", f"{client.base} {keeps} but {tool_path} has "
-                                       f"session_mode per_trajectory and {needed} trajectories are in flight per node "
-                                       f"({how}) -> restart it with --max-sessions {needed}")
-    return Check(OK, "sessions", f"{client.base} keeps up to {most} sessions; {needed} trajectories in flight per "
-                                 f"node ({how})")
+        return Check(
+            FAIL,
+            "sessions",
+            f"{client.base} {keeps} but {tool_path} has "
+            f"session_mode per_trajectory and {needed} trajectories are in flight per node "
+            f"({how}) -> restart it with --max-sessions {needed}",
+        )
+    return Check(
+        OK, "sessions", f"{client.base} keeps up to {most} sessions; {needed} trajectories in flight per node ({how})"
+    )

@@ -59,12 +59,17 @@ def commands(launchers: Launchers, profile: str, nnodes: int, sft_model: str = S
 
 def apply_stage(stage: str, checks: list[Check]) -> list[Check]:
     """The checks as ``stage`` judges them: a failure for an input whose step comes later becomes NEXT."""
-    return [Check(NEXT, c.name, *c.details, step=c.step) if c.status == FAIL and c.step and c.step not in NEEDED[stage]
-            else c for c in checks]
+    return [
+        Check(NEXT, c.name, *c.details, step=c.step)
+        if c.status == FAIL and c.step and c.step not in NEEDED[stage]
+        else c
+        for c in checks
+    ]
 
 
-def next_steps(stage: str, checks: list[Check], launchers: Launchers, profile: str, nnodes: int = 1,
-               sft_model: str = SFT_MODEL) -> list[str]:
+def next_steps(
+    stage: str, checks: list[Check], launchers: Launchers, profile: str, nnodes: int = 1, sft_model: str = SFT_MODEL
+) -> list[str]:
     """The README's commands from the first step not done yet to the stage's end (LAST)."""
     asked = {c.step for c in checks if c.status in (FAIL, NEXT) and c.step}
     first = min((ORDER.index(step) for step in asked), default=None)
@@ -72,4 +77,4 @@ def next_steps(stage: str, checks: list[Check], launchers: Launchers, profile: s
         first = ORDER.index(LAST[stage])
     end = max(ORDER.index(LAST[stage]), first)
     known = commands(launchers, profile, nnodes, sft_model)
-    return [known[step] for step in ORDER[first:end + 1] if step not in OPTIONAL or step in asked]
+    return [known[step] for step in ORDER[first : end + 1] if step not in OPTIONAL or step in asked]

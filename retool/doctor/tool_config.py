@@ -35,8 +35,12 @@ def check_tool_config(cfg: dict[str, Any]) -> tuple[Check, str | None]:
         return Check(SKIP, "tool config", "SFT config: no rollout tools"), None
     path = tool_config_path(cfg)
     if not path:
-        return Check(FAIL, "tool config", "actor_rollout_ref.rollout.multi_turn.tool_config_path is not set: the "
-                                          "model cannot call the code tool (use configs/tool.yaml)"), None
+        return Check(
+            FAIL,
+            "tool config",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path is not set: the "
+            "model cannot call the code tool (use configs/tool.yaml)",
+        ), None
     if not Path(path).is_file():
         return Check(FAIL, "tool config", f"{path} does not exist (RETOOL_REPO_DIR points the recipe at it)"), None
     # The tool YAML is resolved in Ray workers, which see the job's runtime env (scripts/launch.sh puts
@@ -52,8 +56,11 @@ def check_tool_config(cfg: dict[str, Any]) -> tuple[Check, str | None]:
     url = None
     for tool in tools:
         settings = getattr(tool, "settings", None)
-        url = url or getattr(settings, "sandbox_fusion_url", None) or (getattr(tool, "config", {}) or {}).get(
-            "sandbox_fusion_url")
+        url = (
+            url
+            or getattr(settings, "sandbox_fusion_url", None)
+            or (getattr(tool, "config", {}) or {}).get("sandbox_fusion_url")
+        )
     names = ", ".join(f"{t.name} ({type(t).__module__}.{type(t).__name__})" for t in tools)
     if not dig(cfg, "actor_rollout_ref.rollout.multi_turn.enable", False):
         return Check(WARN, "tool config", f"{path} loads ({names}) but multi_turn.enable is false"), url
@@ -71,6 +78,7 @@ def tool_session_mode(path: str | None) -> str | None:
         tools = (yaml.safe_load(Path(path).read_text()) or {}).get("tools") or []
     except (yaml.YAMLError, AttributeError):
         return None
-    modes = {str((tool.get("config") or {}).get("session_mode", "stateless")) for tool in tools
-             if isinstance(tool, dict)}
+    modes = {
+        str((tool.get("config") or {}).get("session_mode", "stateless")) for tool in tools if isinstance(tool, dict)
+    }
     return "per_trajectory" if "per_trajectory" in modes else "stateless"

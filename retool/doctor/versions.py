@@ -38,9 +38,14 @@ def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> dict[str, Any]:
 
         data = tomllib.loads(pyproject.read_text())
         project, retool = data.get("project", {}), data.get("tool", {}).get("retool", {})
-        return {"requires_python": project.get("requires-python"), "core": project.get("dependencies", []),
-                "extras": project.get("optional-dependencies", {}), "verl": retool.get("verl", {}),
-                "npu_image": retool.get("npu_image", {}), "source": str(pyproject)}
+        return {
+            "requires_python": project.get("requires-python"),
+            "core": project.get("dependencies", []),
+            "extras": project.get("optional-dependencies", {}),
+            "verl": retool.get("verl", {}),
+            "npu_image": retool.get("npu_image", {}),
+            "source": str(pyproject),
+        }
     # An installed (non-editable) retool: the same requirements from its metadata; the verl and image pins are not
     # there.
     try:
@@ -53,14 +58,22 @@ def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> dict[str, Any]:
         found = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", req)
         spec = req.split(";")[0].strip()
         (extras.setdefault(found.group(1), []) if found else core).append(spec)
-    return {"requires_python": meta.get("Requires-Python"), "core": core, "extras": extras, "verl": {},
-            "npu_image": {}, "source": "installed retool metadata"}
+    return {
+        "requires_python": meta.get("Requires-Python"),
+        "core": core,
+        "extras": extras,
+        "verl": {},
+        "npu_image": {},
+        "source": "installed retool metadata",
+    }
 
 
 def install_command(extra: str) -> str:
     """The README's install command for a device's stack (what puts the pinned packages and patched verl in place)."""
-    return {"npu": "bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)",
-            "cuda": "pip install -e '.[cuda]' && python -m retool.verl_install install"}.get(extra, "make setup")
+    return {
+        "npu": "bash scripts/install_npu.sh (in the vllm-ascend container; docs/install.md)",
+        "cuda": "pip install -e '.[cuda]' && python -m retool.verl_install install",
+    }.get(extra, "make setup")
 
 
 def check_python(pins: dict[str, Any], extra: str = "cpu") -> Check:
@@ -72,10 +85,19 @@ def check_python(pins: dict[str, Any], extra: str = "cpu") -> Check:
         return Check(WARN, "python", f"{version}; cannot read requires-python (no pyproject.toml or retool metadata)")
     if version in SpecifierSet(spec):
         return Check(OK, "python", f"{version} ({sys.executable}) satisfies {spec}")
-    where = "the image's python3" if extra == "npu" else "the project's .venv (make setup)" if extra == "cpu" else \
-        f"a Python {spec}"
-    return Check(FAIL, "python", f"{version} ({sys.executable}) does not satisfy {spec}: run retool-doctor and the "
-                                 f"launchers with {where} ({install_command(extra)})")
+    where = (
+        "the image's python3"
+        if extra == "npu"
+        else "the project's .venv (make setup)"
+        if extra == "cpu"
+        else f"a Python {spec}"
+    )
+    return Check(
+        FAIL,
+        "python",
+        f"{version} ({sys.executable}) does not satisfy {spec}: run retool-doctor and the "
+        f"launchers with {where} ({install_command(extra)})",
+    )
 
 
 def check_packages(pins: dict[str, Any], extra: str) -> Check:
@@ -125,9 +147,13 @@ def check_patches(status_fn: Callable[[], list[tuple[str, bool]]] | None = None,
         return Check(OK, "verl patches", "the recipe carries no patches")
     missing = [name for name, applied in status if not applied]
     if missing:
-        return Check(FAIL, "verl patches", f"not applied: {', '.join(missing)} -> {install_command(extra)} "
-                                           "(reinstalls the pinned verl with patches/; never pip install a verl clone "
-                                           "over it)")
+        return Check(
+            FAIL,
+            "verl patches",
+            f"not applied: {', '.join(missing)} -> {install_command(extra)} "
+            "(reinstalls the pinned verl with patches/; never pip install a verl clone "
+            "over it)",
+        )
     return Check(OK, "verl patches", f"all {len(status)} applied ({', '.join(n for n, _ in status)})")
 
 
@@ -169,8 +195,9 @@ def same_release(installed: str, pinned: str) -> bool:
         return installed.strip() == pinned.strip()
 
 
-def check_npu_stack(cfg: dict[str, Any], pins: dict[str, Any], cann_info: Path | None = None,
-                    search_path: Sequence[str] | None = None) -> Check:
+def check_npu_stack(
+    cfg: dict[str, Any], pins: dict[str, Any], cann_info: Path | None = None, search_path: Sequence[str] | None = None
+) -> Check:
     """On an NPU config: CANN and the image's torch, torch_npu, vllm and vllm_ascend against [tool.retool.npu_image].
 
     ``cann_info`` is the toolkit's version file (default: found through ASCEND_TOOLKIT_HOME or the usual install
@@ -186,8 +213,12 @@ def check_npu_stack(cfg: dict[str, Any], pins: dict[str, Any], cann_info: Path |
     infos = [cann_info] if cann_info is not None else cann_info_candidates()
     info = next((path for path in infos if path.is_file()), None)
     if versions["torch_npu"] is None and info is None:
-        return Check(SKIP, "npu stack", "no torch_npu and no CANN here: not the NPU image; run retool-doctor inside "
-                                        "the container to compare its stack with the pins")
+        return Check(
+            SKIP,
+            "npu stack",
+            "no torch_npu and no CANN here: not the NPU image; run retool-doctor inside "
+            "the container to compare its stack with the pins",
+        )
     problems, matched = [], []
     for name in NPU_IMAGE_PACKAGES:
         pinned, installed = str(image.get(name, "")), versions[name]
@@ -204,15 +235,21 @@ def check_npu_stack(cfg: dict[str, Any], pins: dict[str, Any], cann_info: Path |
         found = cann_version(info) if info is not None else None
         if info is None:
             looked = ", ".join(str(p) for p in infos) or f"$ASCEND_TOOLKIT_HOME/*-linux/{CANN_INFO_FILE}"
-            problems.append(f"CANN's version file is not found (looked for {looked}; pass --cann-info FILE); the "
-                            f"image pins CANN {pinned_cann}")
+            problems.append(
+                f"CANN's version file is not found (looked for {looked}; pass --cann-info FILE); the "
+                f"image pins CANN {pinned_cann}"
+            )
         elif found is None or not same_release(found, pinned_cann):
             problems.append(f"CANN {found or '(no version= line)'} is installed ({info}), the image pins {pinned_cann}")
         else:
             matched.append(f"CANN {found}")
     if problems:
-        return Check(FAIL, "npu stack", "; ".join(problems) + f" -> use the pinned image {image.get('image', '')} "
-                                        "as it is: do not pip-install torch, torch_npu, vllm or vllm_ascend over "
-                                        "the image's stack (they must match CANN and each other; requirements.txt "
-                                        "leaves them alone)")
+        return Check(
+            FAIL,
+            "npu stack",
+            "; ".join(problems) + f" -> use the pinned image {image.get('image', '')} "
+            "as it is: do not pip-install torch, torch_npu, vllm or vllm_ascend over "
+            "the image's stack (they must match CANN and each other; requirements.txt "
+            "leaves them alone)",
+        )
     return Check(OK, "npu stack", f"{', '.join(matched)} match [tool.retool.npu_image] ({pins.get('source')})")

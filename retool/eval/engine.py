@@ -39,8 +39,15 @@ class LocalVLLMClient:
     ``max_model_len``.
     """
 
-    def __init__(self, engine: Any, *, prompt_length: int, response_length: int, max_model_len: int,
-                 structured_regex: str | None = None):
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        prompt_length: int,
+        response_length: int,
+        max_model_len: int,
+        structured_regex: str | None = None,
+    ):
         self.engine = engine
         self.structured_regex = structured_regex
         self.prompt_length = prompt_length
@@ -49,8 +56,9 @@ class LocalVLLMClient:
         self._ids = itertools.count()
         self.generated_tokens = 0
 
-    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **multimodal: Any) -> TokenOutput:
+    async def generate(
+        self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], **multimodal: Any
+    ) -> TokenOutput:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
@@ -62,16 +70,19 @@ class LocalVLLMClient:
         if room < 1:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room in max_model_len={self.max_model_len}")
         max_tokens = params.pop("max_tokens", None) or min(
-            self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+            self.response_length, self.prompt_length + self.response_length - len(prompt_ids)
+        )
         max_tokens = max(1, min(max_tokens, room))
         params["logprobs"] = 0 if params.pop("logprobs", False) else None
         if self.structured_regex:
             params["structured_outputs"] = StructuredOutputsParams(regex=self.structured_regex)
         final = None
         # The agent loop reuses its request id for every turn of a trajectory; vLLM wants unique ids.
-        async for output in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)),
-                                                 SamplingParams(max_tokens=max_tokens, **params),
-                                                 request_id=f"{request_id}-{next(self._ids)}"):
+        async for output in self.engine.generate(
+            TokensPrompt(prompt_token_ids=list(prompt_ids)),
+            SamplingParams(max_tokens=max_tokens, **params),
+            request_id=f"{request_id}-{next(self._ids)}",
+        ):
             final = output
         if final is None or not final.outputs:
             return TokenOutput(token_ids=[], stop_reason="aborted")
@@ -101,8 +112,9 @@ class RecordingToolAgentLoop(RecipeToolAgentLoop):
         self.prompt_truncated = len(prompt_ids) > self.rollout_config.prompt_length
         return super()._cap_text_prompt_length(prompt_ids)
 
-    async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any],
-                                       ignore_termination: bool = False) -> Any:
+    async def _handle_generating_state(
+        self, agent_data: Any, sampling_params: dict[str, Any], ignore_termination: bool = False
+    ) -> Any:
         state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
         self.assistant_turns, self.user_turns = agent_data.assistant_turns, agent_data.user_turns
         return state
@@ -118,9 +130,16 @@ class RecordingToolAgentLoop(RecipeToolAgentLoop):
         # The recipe's tool always reports a status; an empty dict means verl rejected the call before running
         # it (unknown tool name, arguments that are not JSON) or the tool raised.
         status = (metrics or {}).get("status") or "not_run"
-        self.calls.append({"name": tool_call.name, "arguments": tool_call.arguments, "status": status,
-                           "ok": status == "ok", "output": response.text or "",
-                           "latency_s": round(time.monotonic() - started, 4)})
+        self.calls.append(
+            {
+                "name": tool_call.name,
+                "arguments": tool_call.arguments,
+                "status": status,
+                "ok": status == "ok",
+                "output": response.text or "",
+                "latency_s": round(time.monotonic() - started, 4),
+            }
+        )
         return response, reward, metrics
 
 
@@ -152,18 +171,31 @@ def start_engine(settings: EngineSettings, max_model_len: int) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    kwargs: dict[str, Any] = dict(model=settings.model, tokenizer=settings.model, dtype=settings.dtype,
-                                  tensor_parallel_size=settings.tensor_parallel_size,
-                                  gpu_memory_utilization=settings.gpu_memory_utilization,
-                                  max_model_len=max_model_len, enforce_eager=settings.enforce_eager,
-                                  seed=settings.seed, enable_prefix_caching=True)
+    kwargs: dict[str, Any] = dict(
+        model=settings.model,
+        tokenizer=settings.model,
+        dtype=settings.dtype,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        enforce_eager=settings.enforce_eager,
+        seed=settings.seed,
+        enable_prefix_caching=True,
+    )
     if settings.max_num_seqs:
         kwargs["max_num_seqs"] = settings.max_num_seqs
     return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
 
-def sample_record(loop: RecordingToolAgentLoop, output: Any, problem: Problem, sample: int, tokenizer: Any,
-                  score: dict[str, Any], response_length: int) -> dict[str, Any]:
+def sample_record(
+    loop: RecordingToolAgentLoop,
+    output: Any,
+    problem: Problem,
+    sample: int,
+    tokenizer: Any,
+    score: dict[str, Any],
+    response_length: int,
+) -> dict[str, Any]:
     """The JSONL row of one sample. ``transcript`` splits the response by verl's mask (1 model, 0 tool)."""
     ids, mask = list(output.response_ids), list(output.response_mask)
     transcript = []
@@ -175,34 +207,56 @@ def sample_record(loop: RecordingToolAgentLoop, output: Any, problem: Problem, s
     if len(mask) >= response_length:
         stop = "response_length"
     elif (mt.max_assistant_turns and loop.assistant_turns >= mt.max_assistant_turns) or (
-            mt.max_user_turns and loop.user_turns >= mt.max_user_turns):
+        mt.max_user_turns and loop.user_turns >= mt.max_user_turns
+    ):
         stop = "max_turns"
     else:
         stop = "answered"  # the last assistant turn made no (parsable) tool call
     pred = score.get("pred") or None  # the reward writes "" for "no answer"
     return {
-        "problem_id": problem.problem_id, "data_source": problem.data_source, "sample": sample,
-        "ground_truth": problem.ground_truth, "final_answer": pred, "pred": pred,
-        "correct": bool(score.get("acc", 0.0)), "score": float(score["score"]),
-        "num_turns": int(output.num_turns), "assistant_turns": loop.assistant_turns, "user_turns": loop.user_turns,
-        "tool_calls": len(loop.calls), "tool_errors": sum(not c["ok"] for c in loop.calls),
+        "problem_id": problem.problem_id,
+        "data_source": problem.data_source,
+        "sample": sample,
+        "ground_truth": problem.ground_truth,
+        "final_answer": pred,
+        "pred": pred,
+        "correct": bool(score.get("acc", 0.0)),
+        "score": float(score["score"]),
+        "num_turns": int(output.num_turns),
+        "assistant_turns": loop.assistant_turns,
+        "user_turns": loop.user_turns,
+        "tool_calls": len(loop.calls),
+        "tool_errors": sum(not c["ok"] for c in loop.calls),
         "tool_call_tags": model_text.count("<tool_call>"),
-        "calls": loop.calls, "stop_reason": stop,
-        "prompt_tokens": len(output.prompt_ids), "prompt_truncated": loop.prompt_truncated, "response_tokens": len(ids),
-        "model_tokens": sum(mask), "transcript": transcript,
+        "calls": loop.calls,
+        "stop_reason": stop,
+        "prompt_tokens": len(output.prompt_ids),
+        "prompt_truncated": loop.prompt_truncated,
+        "response_tokens": len(ids),
+        "model_tokens": sum(mask),
+        "transcript": transcript,
     }
 
 
-async def run_samples(config: DictConfig, tool_config_path: str, settings: EngineSettings,
-                      problems: list[Problem], n: int, sampling: dict[str, Any], concurrency: int,
-                      on_record: Callable[[dict[str, Any]], None], reward_kwargs: dict[str, Any]) -> RunResult:
+async def run_samples(
+    config: DictConfig,
+    tool_config_path: str,
+    settings: EngineSettings,
+    problems: list[Problem],
+    n: int,
+    sampling: dict[str, Any],
+    concurrency: int,
+    on_record: Callable[[dict[str, Any]], None],
+    reward_kwargs: dict[str, Any],
+) -> RunResult:
     """Run ``n`` trajectories per problem concurrently and call ``on_record`` with each finished row."""
     rollout = config.actor_rollout_ref.rollout
     prompt_length, response_length = int(rollout.prompt_length), int(rollout.response_length)
     max_model_len = settings.max_model_len or int(rollout.get("max_model_len") or 0) or prompt_length + response_length
 
-    tokenizer = hf_tokenizer(settings.model, trust_remote_code=bool(config.actor_rollout_ref.model.get(
-        "trust_remote_code", False)))
+    tokenizer = hf_tokenizer(
+        settings.model, trust_remote_code=bool(config.actor_rollout_ref.model.get("trust_remote_code", False))
+    )
     custom_template = config.actor_rollout_ref.model.get("custom_chat_template")
     if custom_template:
         tokenizer.chat_template = custom_template
@@ -215,12 +269,24 @@ async def run_samples(config: DictConfig, tool_config_path: str, settings: Engin
     started = time.monotonic()
     engine = start_engine(settings, max_model_len)
     result.engine_start_s = time.monotonic() - started
-    client = LocalVLLMClient(engine, prompt_length=prompt_length, response_length=response_length,
-                             max_model_len=max_model_len, structured_regex=settings.structured_regex)
+    client = LocalVLLMClient(
+        engine,
+        prompt_length=prompt_length,
+        response_length=response_length,
+        max_model_len=max_model_len,
+        structured_regex=settings.structured_regex,
+    )
     limiter = asyncio.Semaphore(concurrency)
-    loop_kwargs = dict(trainer_config=DictConfigWrap(config), server_manager=client, tokenizer=tokenizer,
-                       processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
-                       hf_model_type=hf_model_type, tools=ToolListWrap(tools))
+    loop_kwargs = dict(
+        trainer_config=DictConfigWrap(config),
+        server_manager=client,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type=hf_model_type,
+        tools=ToolListWrap(tools),
+    )
     event_loop = asyncio.get_running_loop()
 
     async def one(problem_index: int, problem: Problem, sample: int) -> None:
@@ -230,18 +296,30 @@ async def run_samples(config: DictConfig, tool_config_path: str, settings: Engin
             # A seed per (problem, sample): reruns reproduce, samples of one problem differ.
             params["seed"] = settings.seed * 1_000_003 + problem_index * 1_009 + sample
             tools_kwargs = problem.extra_info.get("tools_kwargs") or {}
-            output = await agent.run(params, raw_prompt=list(problem.prompt), tools_kwargs=tools_kwargs,
-                                     extra_info=problem.extra_info)
+            output = await agent.run(
+                params, raw_prompt=list(problem.prompt), tools_kwargs=tools_kwargs, extra_info=problem.extra_info
+            )
             # Scored as verl's reward manager does: whole response, special tokens skipped, num_turns and the
             # loop's extra fields added to the row's extra_info.
             solution = tokenizer.decode(output.response_ids, skip_special_tokens=True)
             extra_info = dict(problem.extra_info)
-            extra_info.update({"turn_scores": output.extra_fields.get("turn_scores", []),
-                               "tool_rewards": output.extra_fields.get("tool_rewards", []),
-                               "num_turns": output.num_turns})
-            score = await event_loop.run_in_executor(None, lambda: compute_score(
-                data_source=problem.data_source, solution_str=solution, ground_truth=problem.ground_truth,
-                extra_info=extra_info, **reward_kwargs))
+            extra_info.update(
+                {
+                    "turn_scores": output.extra_fields.get("turn_scores", []),
+                    "tool_rewards": output.extra_fields.get("tool_rewards", []),
+                    "num_turns": output.num_turns,
+                }
+            )
+            score = await event_loop.run_in_executor(
+                None,
+                lambda: compute_score(
+                    data_source=problem.data_source,
+                    solution_str=solution,
+                    ground_truth=problem.ground_truth,
+                    extra_info=extra_info,
+                    **reward_kwargs,
+                ),
+            )
             record = sample_record(agent, output, problem, sample, tokenizer, score, response_length)
             result.records.append(record)
             on_record(record)

@@ -32,10 +32,14 @@ def _problem_from_rl_row(row: dict[str, Any], where: str) -> dict[str, Any]:
     prompt = row.get("prompt")
     if hasattr(prompt, "tolist"):
         prompt = prompt.tolist()
-    if not isinstance(prompt, list) or not prompt or not all(
-            isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in prompt):
-        raise EvalError(f"{where}: 'prompt' must be a non-empty list of {{role, content}} messages, "
-                        f"got {prompt!r:.200}")
+    if (
+        not isinstance(prompt, list)
+        or not prompt
+        or not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in prompt)
+    ):
+        raise EvalError(
+            f"{where}: 'prompt' must be a non-empty list of {{role, content}} messages, got {prompt!r:.200}"
+        )
     reward_model = row.get("reward_model")
     ground_truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if ground_truth is None or not str(ground_truth).strip():
@@ -46,8 +50,12 @@ def _problem_from_rl_row(row: dict[str, Any], where: str) -> dict[str, Any]:
     extra_info = row.get("extra_info") or {}
     if not isinstance(extra_info, dict):
         raise EvalError(f"{where}: 'extra_info' must be a mapping, got {type(extra_info).__name__}")
-    return {"data_source": data_source, "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
-            "ground_truth": str(ground_truth), "extra_info": _plain(extra_info)}
+    return {
+        "data_source": data_source,
+        "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
+        "ground_truth": str(ground_truth),
+        "extra_info": _plain(extra_info),
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -61,8 +69,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_problems(paths: Sequence[Path], limit: int | None = None,
-                  prompt_style: str = DEFAULT_PROMPT_STYLE) -> list[Problem]:
+def load_problems(
+    paths: Sequence[Path], limit: int | None = None, prompt_style: str = DEFAULT_PROMPT_STYLE
+) -> list[Problem]:
     """Problems from each file in order (the first ``limit`` of each); problem ids must be unique. Raw (not yet
     converted) files get their prompts in ``prompt_style`` ("verl_retool" or "qwen_boxed"); RL parquets are used as
     is."""
@@ -95,8 +104,10 @@ def load_problems(paths: Sequence[Path], limit: int | None = None,
             index = fields["extra_info"].get("index", number)
             problem_id = f"{fields['data_source']}/{index}"
             if problem_id in seen:
-                raise EvalError(f"{where}: problem id {problem_id} repeats {seen[problem_id]}; deduplicate the data "
-                                "(retool-prepare-rl --dedupe) so every problem gets exactly n samples")
+                raise EvalError(
+                    f"{where}: problem id {problem_id} repeats {seen[problem_id]}; deduplicate the data "
+                    "(retool-prepare-rl --dedupe) so every problem gets exactly n samples"
+                )
             seen[problem_id] = where
             problems.append(Problem(problem_id=problem_id, source=str(path), row=number, **fields))
             count += 1
@@ -125,5 +136,7 @@ def _check_wording(prompt: list[dict[str, Any]], prompt_style: str, where: str) 
     user = next((m["content"] for m in prompt if m["role"] == "user"), "")
     style = prompt_style_of(user)
     if style is not None and style != prompt_style:
-        raise EvalError(f"{where}: the prompt has the {style} wording but this evaluation uses {prompt_style}: pass "
-                        "the --profile the model was trained with, or prepare the data with that profile")
+        raise EvalError(
+            f"{where}: the prompt has the {style} wording but this evaluation uses {prompt_style}: pass "
+            "the --profile the model was trained with, or prepare the data with that profile"
+        )

@@ -27,16 +27,16 @@ SETTINGS_KEY = "trainer.v1.sampler.sampler_kwargs"
 
 ADVICE = {
     "reward_error": "the reward function raised on these trajectories. Read the traceback: a bug in the reward "
-                    "(reward.custom_reward_function) or rows it cannot score (reward_model.ground_truth, "
-                    "data_source of the rows the message names); fix it and relaunch with the same RUN_DIR to resume",
+    "(reward.custom_reward_function) or rows it cannot score (reward_model.ground_truth, "
+    "data_source of the rows the message names); fix it and relaunch with the same RUN_DIR to resume",
     "agent_loop_error": "the agent loop raised (the loop itself, the rollout server, tokenization of a turn). Read "
-                        "the traceback in the log; an out-of-memory or a dead rollout server shows there too",
+    "the traceback in the log; an out-of-memory or a dead rollout server shows there too",
     "sandbox_unavailable": "tool calls got no answer from the sandbox within the client's retries "
-                           "(reconnect_budget_s in the tool config). Check that `retool-sandbox serve` runs on "
-                           "every node and answers at RETOOL_SANDBOX_URL (`retool-doctor`), read its log, and give "
-                           "it more slots (--slots) if it answered 504 (all slots busy)",
+    "(reconnect_budget_s in the tool config). Check that `retool-sandbox serve` runs on "
+    "every node and answers at RETOOL_SANDBOX_URL (`retool-doctor`), read its log, and give "
+    "it more slots (--slots) if it answered 504 (all slots busy)",
     "tool_exception": "the tool raised instead of answering (a bug in the tool or a reply it could not parse). "
-                      "Read the traceback; the model was told 'Error executing tool' on those calls",
+    "Read the traceback; the model was told 'Error executing tool' on those calls",
 }
 
 

@@ -54,8 +54,11 @@ class FailureLedger:
         """What was recorded for ``partition`` since the last drain: {"incarnation", "events", "unrecorded"}; the
         partition starts afresh. The sampler counts them (tracebacks are kept whole only for the first per cause)."""
         self._causes.pop(partition, None)
-        return {"incarnation": self.incarnation, "events": self._events.pop(partition, []),
-                "unrecorded": self._unrecorded.pop(partition, 0)}
+        return {
+            "incarnation": self.incarnation,
+            "events": self._events.pop(partition, []),
+            "unrecorded": self._unrecorded.pop(partition, 0),
+        }
 
     def configuration_error(self) -> dict[str, Any] | None:
         """The first configuration error recorded by this incarnation (it stays until the run ends)."""

@@ -57,12 +57,14 @@ class Limits:
         for key in ("max_failed_share", "max_sustained_share"):
             value = values[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise FailureSettingError(f"{SETTINGS_KEY}.{key} must be a share between 0 and 1 (0 turns the rule "
-                                          f"off), got {value!r}")
+                raise FailureSettingError(
+                    f"{SETTINGS_KEY}.{key} must be a share between 0 and 1 (0 turns the rule off), got {value!r}"
+                )
         steps = values["sustained_steps"]
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise FailureSettingError(f"{SETTINGS_KEY}.sustained_steps must be a whole number of steps >= 1, "
-                                      f"got {steps!r}")
+            raise FailureSettingError(
+                f"{SETTINGS_KEY}.sustained_steps must be a whole number of steps >= 1, got {steps!r}"
+            )
         return cls(float(values["max_failed_share"]), steps, float(values["max_sustained_share"]))
 
 
@@ -116,10 +118,18 @@ class StepFailures:
 
     def record(self) -> dict[str, Any]:
         """The line for logs/failures.jsonl."""
-        record = {"step": self.step, "partition": self.partition, "counts": self.counts,
-                  "lost": sum(self.lost.values()), "masked": sum(self.masked.values()), "discarded": self.discarded,
-                  "groups_failed": self.groups_failed, "expected": self.expected, "share": round(self.share, 6),
-                  "tracebacks": {cause: event.get("traceback", "") for cause, event in self.first.items()}}
+        record = {
+            "step": self.step,
+            "partition": self.partition,
+            "counts": self.counts,
+            "lost": sum(self.lost.values()),
+            "masked": sum(self.masked.values()),
+            "discarded": self.discarded,
+            "groups_failed": self.groups_failed,
+            "expected": self.expected,
+            "share": round(self.share, 6),
+            "tracebacks": {cause: event.get("traceback", "") for cause, event in self.first.items()},
+        }
         if self.unrecorded:
             record["unrecorded"] = self.unrecorded
         if self.ledger_restarted:
@@ -133,8 +143,10 @@ class StepFailures:
             parts.append(f"{self.discarded} healthy discarded with their group")
         if self.unrecorded:
             parts.append(f"{self.unrecorded} not recorded (cause unknown)")
-        return (f"step {self.step} ({self.partition}): {self.failed} of {self.expected} trajectories failed "
-                f"({100 * self.share:.1f}%)" + (": " + ", ".join(parts) if parts else ""))
+        return (
+            f"step {self.step} ({self.partition}): {self.failed} of {self.expected} trajectories failed "
+            f"({100 * self.share:.1f}%)" + (": " + ", ".join(parts) if parts else "")
+        )
 
 
 class StopRun(RuntimeError):
@@ -150,16 +162,20 @@ def trimmed(text: str, lines: int = TRACEBACK_LINES) -> str:
 
 def example(event: Mapping[str, Any]) -> str:
     where = event.get("where") or "unknown node"
-    header = (f"First example (prompt {event.get('uid')}, sample {event.get('session')}, step {event.get('step')}, "
-              f"on {where}): {event.get('detail', '')}")
+    header = (
+        f"First example (prompt {event.get('uid')}, sample {event.get('session')}, step {event.get('step')}, "
+        f"on {where}): {event.get('detail', '')}"
+    )
     return header + "\n" + trimmed(str(event.get("traceback") or "(no traceback)"))
 
 
 def configuration_stop(event: Mapping[str, Any], step: int) -> str:
-    return (f"The run was stopped at step {step}: a configuration error, which every trajectory would hit "
-            f"({event.get('cause')}).\n{example(event)}\n"
-            "What to do: fix what the error names (the configuration or the data), then launch again; a run folder "
-            "with a checkpoint resumes from it with the same RUN_DIR.")
+    return (
+        f"The run was stopped at step {step}: a configuration error, which every trajectory would hit "
+        f"({event.get('cause')}).\n{example(event)}\n"
+        "What to do: fix what the error names (the configuration or the data), then launch again; a run folder "
+        "with a checkpoint resumes from it with the same RUN_DIR."
+    )
 
 
 class Judge:
@@ -175,16 +191,20 @@ class Judge:
         if step.partition == "train":
             self.recent.append((step.failed, step.expected))
         if limits.max_failed_share and step.share > limits.max_failed_share:
-            what = (f"{step.failed} of {step.expected} trajectories failed ({100 * step.share:.1f}%), more than "
-                    f"max_failed_share {limits.max_failed_share:g}")
+            what = (
+                f"{step.failed} of {step.expected} trajectories failed ({100 * step.share:.1f}%), more than "
+                f"max_failed_share {limits.max_failed_share:g}"
+            )
             return self._message(step, what, "max_failed_share")
         if step.partition == "train" and limits.max_sustained_share and len(self.recent) == limits.sustained_steps:
             failed = sum(f for f, _ in self.recent)
             expected = sum(e for _, e in self.recent)
             if expected and failed / expected > limits.max_sustained_share:
-                what = (f"{failed} of {expected} trajectories of the last {limits.sustained_steps} steps failed "
-                        f"({100 * failed / expected:.1f}%), more than max_sustained_share "
-                        f"{limits.max_sustained_share:g}")
+                what = (
+                    f"{failed} of {expected} trajectories of the last {limits.sustained_steps} steps failed "
+                    f"({100 * failed / expected:.1f}%), more than max_sustained_share "
+                    f"{limits.max_sustained_share:g}"
+                )
                 return self._message(step, what, "max_sustained_share")
         return None
 
@@ -195,13 +215,17 @@ class Judge:
         if prompts <= 0 or failed == 0:
             return None
         if limit and failed / (prompts + failed) > limit:
-            what = (f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory were "
-                    f"thrown away, so more than max_failed_share {limit:g} of the step's trajectories failed whatever "
-                    f"the rest of the batch brings ({step.failed} trajectories counted so far)")
+            what = (
+                f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory were "
+                f"thrown away, so more than max_failed_share {limit:g} of the step's trajectories failed whatever "
+                f"the rest of the batch brings ({step.failed} trajectories counted so far)"
+            )
             return self._message(step, what, "max_failed_share")
         if failed >= STALL_BATCHES * prompts:
-            what = (f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory "
-                    f"({STALL_BATCHES} batches' worth) were thrown away and no batch filled")
+            what = (
+                f"while waiting for its batch of {prompts} groups, {failed} groups with a failed trajectory "
+                f"({STALL_BATCHES} batches' worth) were thrown away and no batch filled"
+            )
             return self._message(step, what, None)
         return None
 
@@ -213,14 +237,19 @@ class Judge:
             by_cause.append(f"{step.discarded} healthy trajectories discarded with their failed group")
         if step.unrecorded:
             by_cause.append(f"{step.unrecorded} not recorded in the ledger (cause unknown)")
-        lines = [f"The run was stopped at step {step.step} ({'validation' if step.partition == 'val' else 'training'})"
-                 f": {what}. By cause: " + (", ".join(by_cause) or "none recorded") + "."]
+        lines = [
+            f"The run was stopped at step {step.step} ({'validation' if step.partition == 'val' else 'training'})"
+            f": {what}. By cause: " + (", ".join(by_cause) or "none recorded") + "."
+        ]
         if main in step.first:
             lines.append(example(step.first[main]))
         lines.append(f"What to do: {ADVICE[main]}.")
-        limit = (f"The limit is {SETTINGS_KEY}.{key} (0 turns the rule off)" if key else
-                 f"This stop has no setting: a step that throws away {STALL_BATCHES} batches' worth of groups is not "
-                 "training")
+        limit = (
+            f"The limit is {SETTINGS_KEY}.{key} (0 turns the rule off)"
+            if key
+            else f"This stop has no setting: a step that throws away {STALL_BATCHES} batches' worth of groups is not "
+            "training"
+        )
         lines.append(limit + "; a run folder with a checkpoint resumes from it with the same RUN_DIR.")
         return "\n".join(lines)
 
@@ -272,9 +301,11 @@ def totals_sentence(summed: dict[str, Any]) -> str:
         if part is None:
             continue
         causes = ", ".join(f"{cause} {n}" for cause, n in part["by_cause"].items() if n)
-        parts.append(f"{label} {part['failed']} of {part['expected']} trajectories failed"
-                     + (f" ({causes})" if causes else "")
-                     + f", {part['steps']} batch{'' if part['steps'] == 1 else 'es'} counted")
+        parts.append(
+            f"{label} {part['failed']} of {part['expected']} trajectories failed"
+            + (f" ({causes})" if causes else "")
+            + f", {part['steps']} batch{'' if part['steps'] == 1 else 'es'} counted"
+        )
     if not parts:
         return "Failures: not counted (no logs/failures.jsonl)"
     stop = summed.get("stop")

@@ -47,15 +47,21 @@ def reward_manager_problems(config: dict[str, Any]) -> list[str]:
 
         return custom_manager_problems(config)
     if source != "register":
-        return [f"reward.reward_manager.source={source!r}: verl 0.9.1 knows 'register' and 'importlib'. Fix: "
-                "remove the override (the recipe's naive manager is registered)"]
+        return [
+            f"reward.reward_manager.source={source!r}: verl 0.9.1 knows 'register' and 'importlib'. Fix: "
+            "remove the override (the recipe's naive manager is registered)"
+        ]
     if name in DROP_NUM_TURNS:
-        return [f"reward.reward_manager.name={name}: verl's {name} reward manager does not pass the agent loop's "
-                "num_turns to the reward, so the tool shaping and the turn metrics cannot be computed and every "
-                f"trajectory would fail (MissingNumTurns). Fix: {fix}"]
+        return [
+            f"reward.reward_manager.name={name}: verl's {name} reward manager does not pass the agent loop's "
+            "num_turns to the reward, so the tool shaping and the turn metrics cannot be computed and every "
+            f"trajectory would fail (MissingNumTurns). Fix: {fix}"
+        ]
     if name not in PASS_NUM_TURNS:
-        return [f"reward.reward_manager.name={name!r} is not one of verl 0.9.1's reward managers that pass "
-                f"num_turns ({', '.join(PASS_NUM_TURNS)}). Fix: {fix}"]
+        return [
+            f"reward.reward_manager.name={name!r} is not one of verl 0.9.1's reward managers that pass "
+            f"num_turns ({', '.join(PASS_NUM_TURNS)}). Fix: {fix}"
+        ]
     return []
 
 
@@ -63,24 +69,34 @@ def accounting_problems(config: dict[str, Any]) -> list[str]:
     problems = []
     where = "configs/rl.yaml sets it; do not override it"
     if dig(config, "trainer.use_v1", True) is not True:
-        problems.append("trainer.use_v1=false: the legacy trainer has no failure accounting (and verl deprecates "
-                        "it). Fix: remove the override")
+        problems.append(
+            "trainer.use_v1=false: the legacy trainer has no failure accounting (and verl deprecates "
+            "it). Fix: remove the override"
+        )
     sampler = dig(config, "trainer.v1.sampler.custom_sampler", {}) or {}
     if (sampler.get("path"), sampler.get("name")) != SAMPLER:
-        problems.append(f"trainer.v1.sampler.custom_sampler is {sampler.get('path')}:{sampler.get('name')}, not the "
-                        f"recipe's {SAMPLER[0]}:{SAMPLER[1]}, so failed trajectories would not be counted or stop the "
-                        f"run; {where}")
+        problems.append(
+            f"trainer.v1.sampler.custom_sampler is {sampler.get('path')}:{sampler.get('name')}, not the "
+            f"recipe's {SAMPLER[0]}:{SAMPLER[1]}, so failed trajectories would not be counted or stop the "
+            f"run; {where}"
+        )
     if dig(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class") != MANAGER:
-        problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_manager_class must be {MANAGER} (its workers "
-                        f"record failed trajectories); {where}")
+        problems.append(
+            f"actor_rollout_ref.rollout.agent.agent_loop_manager_class must be {MANAGER} (its workers "
+            f"record failed trajectories); {where}"
+        )
     if dig(config, "algorithm.filter_groups.enable", False):
-        problems.append("algorithm.filter_groups.enable=true: verl does not wire its DAPO group filter into a custom "
-                        "sampler, and the recipe's failure accounting is one; the reference run does not filter. "
-                        "Fix: remove the override")
+        problems.append(
+            "algorithm.filter_groups.enable=true: verl does not wire its DAPO group filter into a custom "
+            "sampler, and the recipe's failure accounting is one; the reference run does not filter. "
+            "Fix: remove the override"
+        )
     if dig(config, "trainer.v1.sampler.sync_refill_failed_groups", False):
-        problems.append("trainer.v1.sampler.sync_refill_failed_groups=true is not wired into a custom sampler (the "
-                        "recipe's failure accounting is one): failed groups stay padded and are counted. Fix: remove "
-                        "the override")
+        problems.append(
+            "trainer.v1.sampler.sync_refill_failed_groups=true is not wired into a custom sampler (the "
+            "recipe's failure accounting is one): failed groups stay padded and are counted. Fix: remove "
+            "the override"
+        )
     try:
         Limits.from_settings(dig(config, "trainer.v1.sampler.sampler_kwargs", {}) or {})
     except FailureSettingError as exc:
@@ -91,16 +107,20 @@ def accounting_problems(config: dict[str, Any]) -> list[str]:
 def tool_problems(config: dict[str, Any]) -> list[str]:
     path = dig(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
     if not path:
-        return ["actor_rollout_ref.rollout.multi_turn.tool_config_path is not set: the model could not call "
-                "code_interpreter. Fix: configs/tool.yaml (the reference) or configs/tool_annotated.yaml"]
+        return [
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path is not set: the model could not call "
+            "code_interpreter. Fix: configs/tool.yaml (the reference) or configs/tool_annotated.yaml"
+        ]
     try:
         load_tool_schema(path)
         return []
     except ToolConfigError as exc:
         if _lists_a_subclass_of_the_recipe_tool(Path(path)):  # a control or test tool of the recipe
             return []
-        return [f"{exc}. The model is trained to call code_interpreter: every call would be answered 'Unknown "
-                "function'. Fix: tool_config_path=configs/tool.yaml (the reference) or configs/tool_annotated.yaml"]
+        return [
+            f"{exc}. The model is trained to call code_interpreter: every call would be answered 'Unknown "
+            "function'. Fix: tool_config_path=configs/tool.yaml (the reference) or configs/tool_annotated.yaml"
+        ]
 
 
 def _lists_a_subclass_of_the_recipe_tool(path: Path) -> bool:
@@ -131,8 +151,10 @@ def ground_truth_problems(config: dict[str, Any]) -> list[str]:
         for name in [] if value is None else value if isinstance(value, list) else [value]:
             problem = _first_row_without_ground_truth(Path(name))
             if problem:
-                problems.append(f"{key}: {problem}. Fix: prepare the data again (retool-data prepare) or repair "
-                                "reward_model.ground_truth of that row")
+                problems.append(
+                    f"{key}: {problem}. Fix: prepare the data again (retool-data prepare) or repair "
+                    "reward_model.ground_truth of that row"
+                )
     return problems
 
 
@@ -156,8 +178,12 @@ def _first_row_without_ground_truth(path: Path) -> str | None:
     return f"{path} row {rows[0].as_py()} (and {len(rows) - 1} more) has no reward_model.ground_truth"
 
 
-AREAS = {"reward manager": reward_manager_problems, "failure accounting": accounting_problems,
-         "tool": tool_problems, "ground truth": ground_truth_problems}
+AREAS = {
+    "reward manager": reward_manager_problems,
+    "failure accounting": accounting_problems,
+    "tool": tool_problems,
+    "ground truth": ground_truth_problems,
+}
 
 
 def problems_of(config: dict[str, Any]) -> list[Check]:
@@ -173,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(args.config.read_text())
     checks = problems_of(config)
     if checks:
-        print(render(checks) + "\nerror: the config fails the preflight before verl starts: fix what the [FAIL] "
-              "lines say, then launch again", file=sys.stderr)
+        print(
+            render(checks) + "\nerror: the config fails the preflight before verl starts: fix what the [FAIL] "
+            "lines say, then launch again",
+            file=sys.stderr,
+        )
     return exit_status(checks)
 
 

@@ -29,12 +29,16 @@ def custom_manager_problems(config: dict[str, Any]) -> list[str]:
     manager = dig(config, "reward.reward_manager", {}) or {}
     name, path = manager.get("name"), dig(manager, "module.path")
     label = f"reward.reward_manager {name!r} (source: importlib, module.path: {path})"
-    fix = ("Fix: in its run_single, put the trajectory's non_tensor_batch['__num_turns__'] into the extra_info it "
-           "passes to the reward function as extra_info['num_turns'] (as verl's naive manager does), or use "
-           "reward.reward_manager.source=register and name=naive (the recipe's default in configs/rl.yaml)")
+    fix = (
+        "Fix: in its run_single, put the trajectory's non_tensor_batch['__num_turns__'] into the extra_info it "
+        "passes to the reward function as extra_info['num_turns'] (as verl's naive manager does), or use "
+        "reward.reward_manager.source=register and name=naive (the recipe's default in configs/rl.yaml)"
+    )
     if not path:
-        return [f"{label}: module.path is not set, so verl cannot load the manager. Fix: set "
-                "reward.reward_manager.module.path to its file or pkg:// module"]
+        return [
+            f"{label}: module.path is not set, so verl cannot load the manager. Fix: set "
+            "reward.reward_manager.module.path to its file or pkg:// module"
+        ]
     if not dig(config, "reward.custom_reward_function.path"):
         return []  # verl scores with the manager's own function: the recipe's reward and its num_turns are unused
     from omegaconf import OmegaConf
@@ -46,23 +50,34 @@ def custom_manager_problems(config: dict[str, Any]) -> list[str]:
         manager_cls = resolve_reward_manager_cls(cfg)
         reward_fn = get_custom_reward_fn(cfg)
     except Exception as exc:  # an import of the user's module: anything it raises means verl cannot load it either
-        return [f"{label} does not load as verl loads it: {type(exc).__name__}: {exc}. Fix: the module and name "
-                "must import in the launcher's Python"]
+        return [
+            f"{label} does not load as verl loads it: {type(exc).__name__}: {exc}. Fix: the module and name "
+            "must import in the launcher's Python"
+        ]
     try:
         tokenizer = _tokenizer(config)
     except Exception as exc:  # transformers raises many types; each means verl's reward workers would fail too
-        return [f"{label} cannot be tried: the run's tokenizer does not load ({type(exc).__name__}: {exc}). Fix: "
-                "actor_rollout_ref.model.path (or .tokenizer_path) must name the model's folder"]
+        return [
+            f"{label} cannot be tried: the run's tokenizer does not load ({type(exc).__name__}: {exc}). Fix: "
+            "actor_rollout_ref.model.path (or .tokenizer_path) must name the model's folder"
+        ]
     seen: list[dict[str, Any]] = []
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # verl's managers take the current loop when built and run their work on it
     try:
         try:
-            instance = manager_cls(config=cfg, tokenizer=tokenizer, compute_score=_recording(reward_fn, seen),
-                                   reward_router_address=None, reward_model_tokenizer=None)
+            instance = manager_cls(
+                config=cfg,
+                tokenizer=tokenizer,
+                compute_score=_recording(reward_fn, seen),
+                reward_router_address=None,
+                reward_model_tokenizer=None,
+            )
         except Exception as exc:  # the user's constructor
-            return [f"{label} cannot be built as verl's reward loop builds it (config, tokenizer, compute_score, "
-                    f"reward_router_address, reward_model_tokenizer): {type(exc).__name__}: {exc}"]
+            return [
+                f"{label} cannot be built as verl's reward loop builds it (config, tokenizer, compute_score, "
+                f"reward_router_address, reward_model_tokenizer): {type(exc).__name__}: {exc}"
+            ]
         try:
             loop.run_until_complete(asyncio.wait_for(instance.run_single(_trajectory(tokenizer)), PROBE_TIMEOUT_S))
             error = None
@@ -79,32 +94,44 @@ def _verdict(label: str, fix: str, seen: list[dict[str, Any]], error: BaseExcept
     what = f"on a synthetic trajectory of two tool rounds (__num_turns__={PROBE_TURNS})"
     if not seen:
         if error is not None:
-            return [f"{label} raised {type(error).__name__}: {error} {what}, before calling the reward function: "
-                    "every trajectory of the run would fail the same way. Fix: the manager's run_single"]
-        return [f"{label} did not call the reward function (reward.custom_reward_function) {what}, so the recipe's "
-                "reward and its tool shaping by num_turns would not score the run. Fix: call self.compute_score in "
-                "its run_single"]
+            return [
+                f"{label} raised {type(error).__name__}: {error} {what}, before calling the reward function: "
+                "every trajectory of the run would fail the same way. Fix: the manager's run_single"
+            ]
+        return [
+            f"{label} did not call the reward function (reward.custom_reward_function) {what}, so the recipe's "
+            "reward and its tool shaping by num_turns would not score the run. Fix: call self.compute_score in "
+            "its run_single"
+        ]
     extra = seen[-1]
     if "num_turns" not in extra or extra["num_turns"] is None:
-        return [f"{label} passed the reward function an extra_info without num_turns (keys {sorted(extra)}) {what}: "
-                "the recipe's reward shapes the score by turns (tool_shaping), so every trajectory would fail with "
-                f"MissingNumTurns. {fix}"]
+        return [
+            f"{label} passed the reward function an extra_info without num_turns (keys {sorted(extra)}) {what}: "
+            "the recipe's reward shapes the score by turns (tool_shaping), so every trajectory would fail with "
+            f"MissingNumTurns. {fix}"
+        ]
     if extra["num_turns"] != PROBE_TURNS:
-        return [f"{label} passed num_turns={extra['num_turns']!r} {what}: the reward would shape by the wrong "
-                f"turn count. {fix}"]
+        return [
+            f"{label} passed num_turns={extra['num_turns']!r} {what}: the reward would shape by the wrong "
+            f"turn count. {fix}"
+        ]
     if error is not None:
-        return [f"{label} forwarded num_turns but raised {type(error).__name__}: {error} {what}: every trajectory "
-                "of the run would fail the same way. Fix: the manager's run_single"]
+        return [
+            f"{label} forwarded num_turns but raised {type(error).__name__}: {error} {what}: every trajectory "
+            "of the run would fail the same way. Fix: the manager's run_single"
+        ]
     return []
 
 
 def _recording(reward_fn: Any, seen: list[dict[str, Any]]) -> Any:
     """The reward function verl would pass, noting the extra_info of each call (a copy: managers reuse it)."""
+
     def note(args: tuple, kwargs: dict) -> None:
         extra = kwargs.get("extra_info", args[3] if len(args) > 3 else None)
         seen.append(dict(extra) if isinstance(extra, dict) else {})
 
     if inspect.iscoroutinefunction(reward_fn):
+
         async def recorded_async(*args: Any, **kwargs: Any) -> Any:
             note(args, kwargs)
             return await reward_fn(*args, **kwargs)
@@ -135,21 +162,39 @@ def _trajectory(tokenizer: Any) -> Any:
 
     question = [{"role": "user", "content": "What is 6 * 7? Use the code interpreter."}]
     prompt = torch.tensor(tokenizer.encode("What is 6 * 7?"), dtype=torch.int64)
-    response = torch.tensor(tokenizer.encode(f"The code printed 42. The answer is \\boxed{{{GROUND_TRUTH}}}."),
-                            dtype=torch.int64)
+    response = torch.tensor(
+        tokenizer.encode(f"The code printed 42. The answer is \\boxed{{{GROUND_TRUTH}}}."), dtype=torch.int64
+    )
     input_ids = torch.cat([prompt, response])
-    batch = TensorDict({"prompts": prompt[None], "responses": response[None], "input_ids": input_ids[None],
-                        "attention_mask": torch.ones_like(input_ids)[None],
-                        "position_ids": torch.arange(len(input_ids))[None]}, batch_size=1)
+    batch = TensorDict(
+        {
+            "prompts": prompt[None],
+            "responses": response[None],
+            "input_ids": input_ids[None],
+            "attention_mask": torch.ones_like(input_ids)[None],
+            "position_ids": torch.arange(len(input_ids))[None],
+        },
+        batch_size=1,
+    )
 
     def column(value: Any) -> Any:
         out = np.empty(1, dtype=object)
         out[0] = value
         return out
 
-    return DataProto(batch=batch, non_tensor_batch={
-        "data_source": column("retool/launch-probe"), "agent_name": column("tool_agent"),
-        "reward_model": column({"style": "rule", "ground_truth": GROUND_TRUTH}),
-        "extra_info": column({"index": 0, "split": "train"}), "raw_prompt": column(question), "index": column(0),
-        "tools_kwargs": column({}), "__num_turns__": np.array([PROBE_TURNS]), "tool_extra_fields": column({}),
-        "prompt_len": np.array([len(prompt)]), "response_len": np.array([len(response)])})
+    return DataProto(
+        batch=batch,
+        non_tensor_batch={
+            "data_source": column("retool/launch-probe"),
+            "agent_name": column("tool_agent"),
+            "reward_model": column({"style": "rule", "ground_truth": GROUND_TRUTH}),
+            "extra_info": column({"index": 0, "split": "train"}),
+            "raw_prompt": column(question),
+            "index": column(0),
+            "tools_kwargs": column({}),
+            "__num_turns__": np.array([PROBE_TURNS]),
+            "tool_extra_fields": column({}),
+            "prompt_len": np.array([len(prompt)]),
+            "response_len": np.array([len(response)]),
+        },
+    )

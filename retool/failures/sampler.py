@@ -41,8 +41,10 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from retool.failures.ledger import ledger_handle
 from retool.failures.limits import Judge, Limits, StepFailures, StopRun, append_record, configuration_stop, trimmed
 
-OUTSIDE_THE_LOOP = ("verl marked this group failed with no failed trajectory recorded: an error in its _run_prompt "
-                    "outside the agent loop (the worker's log has 'Error in _run_prompt' with the traceback)")
+OUTSIDE_THE_LOOP = (
+    "verl marked this group failed with no failed trajectory recorded: an error in its _run_prompt "
+    "outside the agent loop (the worker's log has 'Error in _run_prompt' with the traceback)"
+)
 
 
 class _Accounting:
@@ -137,17 +139,24 @@ class _Accounting:
         if drained["incarnation"] != self._incarnation:
             self._incarnation = drained["incarnation"]
             step.ledger_restarted = True
-            print(f"WARNING retool failures: the failure ledger restarted during step {global_steps}: the failures it "
-                  "held were lost; this step's counts are low by that much (its record says ledger_restarted)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"WARNING retool failures: the failure ledger restarted during step {global_steps}: the failures it "
+                "held were lost; this step's counts are low by that much (its record says ledger_restarted)",
+                file=sys.stderr,
+                flush=True,
+            )
         step.unrecorded += drained["unrecorded"]
         for event in drained["events"]:
             step.add(event["kind"], event["cause"], event=event)
             sessions = self._recorded[partition_id].setdefault(str(event.get("uid")), {"lost": set(), "masked": set()})
             sessions[event["kind"]].add(str(event.get("session")))
             if event.get("configuration"):
-                self._stop_step(configuration_stop(event, event.get("step", global_steps)), global_steps,
-                                partition_id, reason="configuration_error")
+                self._stop_step(
+                    configuration_stop(event, event.get("step", global_steps)),
+                    global_steps,
+                    partition_id,
+                    reason="configuration_error",
+                )
         return step
 
     def _group_failed(self, step: StepFailures, partition_id: str, uid: str, discarded: set[str]) -> None:
@@ -155,8 +164,11 @@ class _Accounting:
         recorded = self._recorded[partition_id].pop(uid, None) or {"lost": set(), "masked": set()}
         step.groups_failed += 1
         if not recorded["lost"]:
-            step.add("lost", "agent_loop_error", event={"uid": uid, "step": step.step, "detail": OUTSIDE_THE_LOOP,
-                                                         "where": "verl's agent-loop worker"})
+            step.add(
+                "lost",
+                "agent_loop_error",
+                event={"uid": uid, "step": step.step, "detail": OUTSIDE_THE_LOOP, "where": "verl's agent-loop worker"},
+            )
         # a masked trajectory is counted as masked already; a lost one was never stored
         step.discarded += len(discarded - recorded["masked"] - recorded["lost"])
 
@@ -169,8 +181,9 @@ class _Accounting:
                 stored[uid].add(session)
         return stored
 
-    def _close_batch(self, global_steps: int, partition_id: str, delivered: int, last: bool = False
-                     ) -> StepFailures | None:
+    def _close_batch(
+        self, global_steps: int, partition_id: str, delivered: int, last: bool = False
+    ) -> StepFailures | None:
         """Count a sampled batch; the step it completes (every batch in validation) is logged, judged and returned."""
         self._stop_on_configuration_error(global_steps)
         step = self._collect(global_steps, partition_id)
@@ -185,9 +198,11 @@ class _Accounting:
         if step.failed:
             # printed, not logged: in verl's Ray workers a module logger's warnings do not reliably reach the log
             lines = [f"WARNING retool failures {step.summary()}"]
-            lines += [f"WARNING retool failures: first {cause} of step {global_steps} on {event.get('where')}: "
-                      f"{event.get('detail')}\n{trimmed(str(event.get('traceback') or ''))}"
-                      for cause, event in step.first.items()]
+            lines += [
+                f"WARNING retool failures: first {cause} of step {global_steps} on {event.get('where')}: "
+                f"{event.get('detail')}\n{trimmed(str(event.get('traceback') or ''))}"
+                for cause, event in step.first.items()
+            ]
             print("\n".join(lines), file=sys.stderr, flush=True)
         message = self._judge.verdict(step)
         if message is not None:
@@ -197,8 +212,12 @@ class _Accounting:
     def _stop_on_configuration_error(self, step: int | None = None) -> None:
         event = ray.get(self._ledger.configuration_error.remote())
         if event is not None:
-            self._stop(configuration_stop(event, step if step is not None else event.get("step")),
-                       step=event.get("step"), partition=event.get("partition"), reason="configuration_error")
+            self._stop(
+                configuration_stop(event, step if step is not None else event.get("step")),
+                step=event.get("step"),
+                partition=event.get("partition"),
+                reason="configuration_error",
+            )
 
     def _stop_step(self, message: str, global_steps: int | None, partition_id: str, *, reason: str) -> None:
         """Stop in the middle of a step: its counts so far are recorded first."""
@@ -209,8 +228,10 @@ class _Accounting:
         self._stop(message, step=global_steps, partition=partition_id, reason=reason)
 
     def _stop(self, message: str, *, step: Any, partition: Any, reason: str) -> None:
-        append_record(self._failure_log, {"stop": True, "step": step, "partition": partition, "reason": reason,
-                                          "message": message})
+        append_record(
+            self._failure_log,
+            {"stop": True, "step": step, "partition": partition, "reason": reason, "message": message},
+        )
         # printed whole (not through logging's per-line prefixes), so the console and the log show it as one block
         print("retool: " + message[0].lower() + message[1:], flush=True)
         raise StopRun(message)
@@ -231,8 +252,13 @@ class _Accounting:
 
 def _trajectories(batch: Any) -> int:
     """Sessions in a sampled batch (keys are ``{uid}_{session}_{index}``; padding is added later, by the trainer)."""
-    return len({key.rsplit("_", 1)[0] for key, tag in zip(batch.keys, batch.tags, strict=True)
-                if not tag.get("is_padding", False)})
+    return len(
+        {
+            key.rsplit("_", 1)[0]
+            for key, tag in zip(batch.keys, batch.tags, strict=True)
+            if not tag.get("is_padding", False)
+        }
+    )
 
 
 class _SyncSampler(_Accounting, ReplayBuffer):

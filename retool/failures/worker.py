@@ -45,28 +45,42 @@ class AccountingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             for partition, n in unrecorded.items():
                 self._unrecorded[partition] = self._unrecorded.get(partition, 0) + n
             self._unrecorded[event["partition"]] = self._unrecorded.get(event["partition"], 0) + 1
-            print(f"WARNING retool failures: could not record a failed trajectory ({event['cause']}) in the ledger "
-                  f"({exc!r}); {sum(self._unrecorded.values())} such failures will be counted, without their cause, "
-                  "when it answers again", file=sys.stderr, flush=True)
+            print(
+                f"WARNING retool failures: could not record a failed trajectory ({event['cause']}) in the ledger "
+                f"({exc!r}); {sum(self._unrecorded.values())} such failures will be counted, without their cause, "
+                "when it answers again",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    async def _run_agent_loop(self, sampling_params: dict[str, Any], trajectory: dict[str, Any], *,
-                              agent_name: str, trace: bool = True, **kwargs) -> Any:
+    async def _run_agent_loop(
+        self,
+        sampling_params: dict[str, Any],
+        trajectory: dict[str, Any],
+        *,
+        agent_name: str,
+        trace: bool = True,
+        **kwargs,
+    ) -> Any:
         try:
-            return await super()._run_agent_loop(sampling_params, trajectory, agent_name=agent_name, trace=trace,
-                                                 **kwargs)
+            return await super()._run_agent_loop(
+                sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+            )
         except Exception as exc:
             configuration = causes.configuration_error(exc)
-            await self._record({
-                "partition": "val" if trajectory.get("validate") else "train",
-                "kind": "lost",
-                "cause": "reward_error" if getattr(exc, _REWARD_STAGE, False) else "agent_loop_error",
-                "step": kwargs.get("global_steps", trajectory.get("step")),
-                "uid": kwargs.get("uid"),
-                "session": kwargs.get("session_id"),
-                "detail": causes.describe(configuration or exc),
-                "traceback": "".join(traceback.format_exception(exc)),
-                "configuration": configuration is not None,
-            })
+            await self._record(
+                {
+                    "partition": "val" if trajectory.get("validate") else "train",
+                    "kind": "lost",
+                    "cause": "reward_error" if getattr(exc, _REWARD_STAGE, False) else "agent_loop_error",
+                    "step": kwargs.get("global_steps", trajectory.get("step")),
+                    "uid": kwargs.get("uid"),
+                    "session": kwargs.get("session_id"),
+                    "detail": causes.describe(configuration or exc),
+                    "traceback": "".join(traceback.format_exception(exc)),
+                    "configuration": configuration is not None,
+                }
+            )
             raise
 
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs) -> Any:
@@ -75,17 +89,19 @@ class AccountingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             problem = one.extra_fields.pop(PROBLEM_FIELD, None)
             cause = masked_cause(one.extra_fields)
             if cause is not None:
-                masked.append({
-                    "partition": "val" if validate else "train",
-                    "kind": "masked",
-                    "cause": cause,
-                    "step": kwargs.get("global_steps"),
-                    "uid": kwargs.get("uid"),
-                    "session": kwargs.get("session_id"),
-                    "detail": (problem or "").splitlines()[-1] if problem else cause,
-                    "traceback": problem or "",
-                    "configuration": False,
-                })
+                masked.append(
+                    {
+                        "partition": "val" if validate else "train",
+                        "kind": "masked",
+                        "cause": cause,
+                        "step": kwargs.get("global_steps"),
+                        "uid": kwargs.get("uid"),
+                        "session": kwargs.get("session_id"),
+                        "detail": (problem or "").splitlines()[-1] if problem else cause,
+                        "traceback": problem or "",
+                        "configuration": False,
+                    }
+                )
         result = await super()._agent_loop_postprocess(output, validate, **kwargs)
         # recorded once the trajectory is stored: had its reward raised, it would be counted as lost, not twice
         for event in masked:

@@ -49,8 +49,10 @@ def native_bf16(flags: set[str], onednn_cap: str | None = None) -> tuple[bool, s
     (ONEDNN_MAX_CPU_ISA)."""
     native = sorted(flags.intersection(NATIVE_BF16_FLAGS))
     if native and onednn_cap and onednn_cap.upper() in ONEDNN_CAPS_WITHOUT_BF16:
-        return False, (f"ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below AVX512_CORE_BF16: bf16 would be emulated "
-                       f"although the CPU has {', '.join(native)}")
+        return False, (
+            f"ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below AVX512_CORE_BF16: bf16 would be emulated "
+            f"although the CPU has {', '.join(native)}"
+        )
     if native:
         return True, f"the CPU computes bf16 natively ({', '.join(native)})"
     return False, "the CPU has no native bf16 (no avx512_bf16 / amx_bf16 / bf16 flag): bf16 would be emulated"
@@ -78,8 +80,11 @@ def _cpuinfo(cpuinfo_path: Path) -> str:
 
 def host_dtype(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> tuple[str, str]:
     """(dtype, reason) for this host."""
-    return choose_dtype(cpu_flags(_cpuinfo(cpuinfo_path)), os.environ.get("RETOOL_CPU_DTYPE") or None,
-                        os.environ.get("ONEDNN_MAX_CPU_ISA") or None)
+    return choose_dtype(
+        cpu_flags(_cpuinfo(cpuinfo_path)),
+        os.environ.get("RETOOL_CPU_DTYPE") or None,
+        os.environ.get("ONEDNN_MAX_CPU_ISA") or None,
+    )
 
 
 def host_native_bf16(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
@@ -90,14 +95,22 @@ def host_native_bf16(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
 def host_report(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> dict[str, object]:
     """What a run records about its CPU: model name, cores, the flags that matter here, dtype and reason."""
     text = _cpuinfo(cpuinfo_path)
-    model = next((line.partition(":")[2].strip() for line in text.splitlines()
-                  if line.lower().startswith("model name")), "unknown CPU")
+    model = next(
+        (line.partition(":")[2].strip() for line in text.splitlines() if line.lower().startswith("model name")),
+        "unknown CPU",
+    )
     dtype, reason = host_dtype(cpuinfo_path)
     flags = cpu_flags(text)
     # Set to make a newer CPU behave like an older one (docs/performance.md measures an AVX2-only host that way).
     isa_limits = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if os.environ.get(k)}
-    return {"cpu_model": model, "cores": os.cpu_count(), "flags": [f for f in REPORTED_FLAGS if f in flags],
-            "isa_limits": isa_limits, "dtype": dtype, "dtype_reason": reason}
+    return {
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "flags": [f for f in REPORTED_FLAGS if f in flags],
+        "isa_limits": isa_limits,
+        "dtype": dtype,
+        "dtype_reason": reason,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,9 +71,23 @@ ALIGN = 64  # bytes: each tensor starts at a multiple of this in its bucket, so 
 LOOPBACK = "127.0.0.1"
 MAC_BYTES = 32  # HMAC-SHA256
 # The dtypes a layout may name; anything else is rejected by name, never looked up on the torch module.
-DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.int8,
-    torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
+DTYPES = {
+    str(dtype).removeprefix("torch."): dtype
+    for dtype in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    )
+}
 
 
 class WeightSyncRejected(RuntimeError):
@@ -93,8 +107,10 @@ def _listen_host(alive_nodes: int, node_ip: str) -> str:
     if alive_nodes <= 1:
         return LOOPBACK
     if ipaddress.ip_address(node_ip).is_unspecified:
-        raise RuntimeError(f"gloo weight sync: Ray reports this node's address as {node_ip!r}, a wildcard; start "
-                           "Ray with --node-ip-address set to the address the other nodes reach this one on")
+        raise RuntimeError(
+            f"gloo weight sync: Ray reports this node's address as {node_ip!r}, a wildcard; start "
+            "Ray with --node-ip-address set to the address the other nodes reach this one on"
+        )
     return node_ip
 
 
@@ -146,24 +162,35 @@ def open_layout(key: bytes, blob: bytes, index: int, bucket_size: int, where: st
         raise WeightSyncRejected(
             f"{where}: the layout is not signed with this sync's key, so it was not written by the trainer; "
             "some other process reached the weight-sync store. Nothing was loaded. Find what connects to that "
-            "port (ss -tnp) and keep untrusted processes off the trainer's nodes")
+            "port (ss -tnp) and keep untrusted processes off the trainer's nodes"
+        )
     try:
         layout = json.loads(text)
     except ValueError as exc:
-        raise WeightSyncRejected(f"{where}: the signed layout is not JSON ({exc}); trainer and rollout run "
-                                 "different versions of retool/platform/gloo_checkpoint_engine.py?") from exc
+        raise WeightSyncRejected(
+            f"{where}: the signed layout is not JSON ({exc}); trainer and rollout run "
+            "different versions of retool/platform/gloo_checkpoint_engine.py?"
+        ) from exc
     if not isinstance(layout, dict) or set(layout) != {"index", "length", "sha256", "is_last", "tensors"}:
         shape = sorted(layout) if isinstance(layout, dict) else type(layout).__name__
-        raise WeightSyncRejected(f"{where}: the layout's fields are {shape}; trainer and rollout run different "
-                                 "versions of the engine?")
-    if _count(layout["index"], "index", where) != index or not isinstance(layout["is_last"], bool) \
-            or not isinstance(layout["sha256"], str):
-        raise WeightSyncRejected(f"{where}: index {layout['index']!r} (expected {index}), is_last "
-                                 f"{layout['is_last']!r} or sha256 {layout['sha256']!r} is malformed")
+        raise WeightSyncRejected(
+            f"{where}: the layout's fields are {shape}; trainer and rollout run different versions of the engine?"
+        )
+    if (
+        _count(layout["index"], "index", where) != index
+        or not isinstance(layout["is_last"], bool)
+        or not isinstance(layout["sha256"], str)
+    ):
+        raise WeightSyncRejected(
+            f"{where}: index {layout['index']!r} (expected {index}), is_last "
+            f"{layout['is_last']!r} or sha256 {layout['sha256']!r} is malformed"
+        )
     length = _count(layout["length"], "length", where)
     if length > bucket_size:
-        raise WeightSyncRejected(f"{where}: a {length}-byte bucket is over this worker's bucket size {bucket_size}; "
-                                 "trainer and rollout must use the same update_weights_bucket_megabytes")
+        raise WeightSyncRejected(
+            f"{where}: a {length}-byte bucket is over this worker's bucket size {bucket_size}; "
+            "trainer and rollout must use the same update_weights_bucket_megabytes"
+        )
     if not isinstance(layout["tensors"], list):
         raise WeightSyncRejected(f"{where}: tensors is {type(layout['tensors']).__name__}, not a list")
     metas = [_tensor_meta(entry, length, f"{where} tensor {i}") for i, entry in enumerate(layout["tensors"])]
@@ -182,24 +209,39 @@ def _tensor_meta(entry: Any, length: int, where: str) -> TensorMeta:
     if not isinstance(entry["shape"], list):
         raise WeightSyncRejected(f"{where} ({entry['name']}): shape {entry['shape']!r} is not a list")
     shape = torch.Size(_count(n, "a dimension", where) for n in entry["shape"])
-    chunk_offset, chunk_size, offset = (_count(entry[k], k, where, minimum=int(k == "chunk_size"))
-                                        for k in ("chunk_offset", "chunk_size", "offset"))
-    if chunk_offset + chunk_size > shape.numel() * dtype.itemsize or offset + chunk_size > length \
-            or offset % dtype.itemsize:
-        raise WeightSyncRejected(f"{where} ({entry['name']}): bytes {chunk_offset}+{chunk_size} of a {dtype} "
-                                 f"{list(shape)} at bucket offset {offset} do not fit the tensor or the "
-                                 f"{length}-byte bucket")
-    return TensorMeta(name=entry["name"], shape=shape, dtype=dtype, chunk_offset=chunk_offset,
-                      chunk_size=chunk_size, offset=offset)
+    chunk_offset, chunk_size, offset = (
+        _count(entry[k], k, where, minimum=int(k == "chunk_size")) for k in ("chunk_offset", "chunk_size", "offset")
+    )
+    if (
+        chunk_offset + chunk_size > shape.numel() * dtype.itemsize
+        or offset + chunk_size > length
+        or offset % dtype.itemsize
+    ):
+        raise WeightSyncRejected(
+            f"{where} ({entry['name']}): bytes {chunk_offset}+{chunk_size} of a {dtype} "
+            f"{list(shape)} at bucket offset {offset} do not fit the tensor or the "
+            f"{length}-byte bucket"
+        )
+    return TensorMeta(
+        name=entry["name"], shape=shape, dtype=dtype, chunk_offset=chunk_offset, chunk_size=chunk_size, offset=offset
+    )
 
 
 def _entry(meta: TensorMeta) -> dict[str, Any]:
     dtype = str(meta.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
-        raise TypeError(f"gloo weight sync: weight {meta.name} has dtype {meta.dtype}, which the wire format does "
-                        f"not carry (one of {sorted(DTYPES)}); add it to DTYPES in this module")
-    return {"name": meta.name, "dtype": dtype, "shape": list(meta.shape), "chunk_offset": meta.chunk_offset,
-            "chunk_size": meta.chunk_size, "offset": meta.offset}
+        raise TypeError(
+            f"gloo weight sync: weight {meta.name} has dtype {meta.dtype}, which the wire format does "
+            f"not carry (one of {sorted(DTYPES)}); add it to DTYPES in this module"
+        )
+    return {
+        "name": meta.name,
+        "dtype": dtype,
+        "shape": list(meta.shape),
+        "chunk_offset": meta.chunk_offset,
+        "chunk_size": meta.chunk_size,
+        "offset": meta.offset,
+    }
 
 
 @CheckpointEngineRegistry.register(BACKEND)
@@ -230,8 +272,9 @@ class GlooCheckpointEngine(CheckpointEngine):
         # handed over (the store owns and closes it) is what keeps it on one address
         sock = _listening_socket(host)
         port = sock.getsockname()[1]
-        self.store = dist.TCPStore(host, port, is_master=True, timeout=self.timeout, wait_for_workers=False,
-                                   master_listen_fd=sock.detach())
+        self.store = dist.TCPStore(
+            host, port, is_master=True, timeout=self.timeout, wait_for_workers=False, master_listen_fd=sock.detach()
+        )
         self.key = secrets.token_bytes(32)
         return {"host": host, "port": port, "key": self.key.hex()}
 
@@ -241,10 +284,16 @@ class GlooCheckpointEngine(CheckpointEngine):
         if not master:
             raise RuntimeError("gloo weight sync: actor rank 0 returned no store address (is_master was not set)")
         world_size = rollout_world_size + 1
-        actor = {"rank": [0] + [-1] * (actor_wg_world_size - 1), "world_size": [world_size] * actor_wg_world_size,
-                 "master": [master] * actor_wg_world_size}
-        rollout = {"rank": list(range(1, world_size)), "world_size": [world_size] * rollout_world_size,
-                   "master": [master] * rollout_world_size}
+        actor = {
+            "rank": [0] + [-1] * (actor_wg_world_size - 1),
+            "world_size": [world_size] * actor_wg_world_size,
+            "master": [master] * actor_wg_world_size,
+        }
+        rollout = {
+            "rank": list(range(1, world_size)),
+            "world_size": [world_size] * rollout_world_size,
+            "master": [master] * rollout_world_size,
+        }
         return actor, rollout
 
     def init_process_group(self, rank: int, world_size: int, master: dict[str, Any]) -> None:
@@ -268,8 +317,9 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.rank = -1
         self.key = b""
 
-    async def send_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
-                           global_steps: int | None = None) -> dict[str, float]:
+    async def send_weights(
+        self, weights: Generator[tuple[str, torch.Tensor], None, None], global_steps: int | None = None
+    ) -> dict[str, float]:
         if self.rank < 0:  # not in the group: still take part in gathering each tensor
             async for _ in ensure_async_iterator(weights):
                 pass
@@ -282,8 +332,13 @@ class GlooCheckpointEngine(CheckpointEngine):
         async def flush(is_last: bool) -> None:
             nonlocal index, sent, metas, chunks, filled
             payload = torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8)
-            layout = {"index": index, "length": payload.numel(), "sha256": _digest(payload), "is_last": is_last,
-                      "tensors": [_entry(meta) for meta in metas]}
+            layout = {
+                "index": index,
+                "length": payload.numel(),
+                "sha256": _digest(payload),
+                "is_last": is_last,
+                "tensors": [_entry(meta) for meta in metas],
+            }
             sent += sum(meta.chunk_size for meta in metas)
             self.store.set(f"bucket/{index}", seal(self.key, layout))
             await asyncio.to_thread(_broadcast, self.group, payload)
@@ -319,11 +374,13 @@ class GlooCheckpointEngine(CheckpointEngine):
             payload = torch.empty(layout["length"], dtype=torch.uint8)
             await asyncio.to_thread(_broadcast, self.group, payload)
             if not hmac.compare_digest(_digest(payload), layout["sha256"]):
-                raise WeightSyncRejected(f"{where}: the broadcast bytes do not match the trainer's signed digest; "
-                                         "they were altered on the way or another process joined the gloo "
-                                         "group. Nothing from this bucket was loaded")
+                raise WeightSyncRejected(
+                    f"{where}: the broadcast bytes do not match the trainer's signed digest; "
+                    "they were altered on the way or another process joined the gloo "
+                    "group. Nothing from this bucket was loaded"
+                )
             for meta in layout["metas"]:
-                yield meta, payload[meta.offset: meta.offset + meta.chunk_size]
+                yield meta, payload[meta.offset : meta.offset + meta.chunk_size]
             if layout["is_last"]:
                 return
             index += 1

@@ -11,10 +11,10 @@ import sys
 
 FIX = {
     "npu": "run the NPU launchers with the Python of the vllm-ascend / CANN container image (docs/install.md), or "
-           "set PYTHON=/path/to/that/python; the checkout's .venv is the CPU stack of `make smoke`",
+    "set PYTHON=/path/to/that/python; the checkout's .venv is the CPU stack of `make smoke`",
     "cuda": "run the CUDA launchers with a Python that has the CUDA build of torch and vllm "
-            "(pip install -e '.[cuda]'), or set PYTHON=/path/to/that/python; the checkout's .venv is the CPU stack "
-            "of `make smoke`",
+    "(pip install -e '.[cuda]'), or set PYTHON=/path/to/that/python; the checkout's .venv is the CPU stack "
+    "of `make smoke`",
 }
 
 
@@ -29,8 +29,11 @@ def missing(device: str) -> str | None:
             import torch_npu  # noqa: F401
         except ImportError:
             return f"torch {torch.__version__} without torch_npu"
-        return None if torch.npu.is_available() else ("torch_npu sees no NPU (check the driver mounts and "
-                                                      "ASCEND_RT_VISIBLE_DEVICES)")
+        return (
+            None
+            if torch.npu.is_available()
+            else ("torch_npu sees no NPU (check the driver mounts and ASCEND_RT_VISIBLE_DEVICES)")
+        )
     if device == "cuda":
         if torch.version.cuda is None:
             return f"torch {torch.__version__}, a build without CUDA"

@@ -61,7 +61,7 @@ class Band:
     @property
     def total_sd(self) -> float:
         """Of the run's figure minus the published one: two measurements' noise and the run-to-run spread."""
-        return math.sqrt(2 * self.sampling_sd ** 2 + self.run_to_run_sd ** 2)
+        return math.sqrt(2 * self.sampling_sd**2 + self.run_to_run_sd**2)
 
     @property
     def low(self) -> float:
@@ -83,7 +83,7 @@ def bands() -> list[Band]:
 
 
 def judge(value: float, at: Band) -> str:
-    """"inside", "below" or "above" the band (its edges, as printed, count as inside)."""
+    """ "inside", "below" or "above" the band (its edges, as printed, count as inside)."""
     return "below" if value < at.low else "above" if value > at.high else "inside"
 
 
@@ -92,8 +92,11 @@ def verdicts(steps: list[int], values: list[float], tags: list[str]) -> list[str
     ``steps`` and ``values`` are the run's TAG series (empty when absent); ``tags`` are the run's RL tags."""
     if not steps:
         other = sorted(t for t in tags if t.startswith("val-core/aime_2025/acc/mean@"))
-        why = (f"this run validated AIME 2025 as {', '.join(f'`{t}`' for t in other)}, not mean@{SAMPLES}" if other
-               else "this run logged no AIME 2025 validation")
+        why = (
+            f"this run validated AIME 2025 as {', '.join(f'`{t}`' for t in other)}, not mean@{SAMPLES}"
+            if other
+            else "this run logged no AIME 2025 validation"
+        )
         return [f"The reproduction band needs `{TAG}`: {why}."]
     logged = dict(zip(steps, values))
     lines = []
@@ -101,11 +104,14 @@ def verdicts(steps: list[int], values: list[float], tags: list[str]) -> list[str
         where = f"{b.low:.2f}-{b.high:.2f} around the published {b.published:.2f}"
         if b.step in logged:
             value = logged[b.step]
-            lines.append(f"Step {b.step}: AIME 2025 mean@{SAMPLES} {value:.3f}, {judge(value, b)} the reproduction "
-                         f"band {where}.")
+            lines.append(
+                f"Step {b.step}: AIME 2025 mean@{SAMPLES} {value:.3f}, {judge(value, b)} the reproduction band {where}."
+            )
         else:
-            lines.append(f"Step {b.step}: not validated in this run (last validation at step {max(steps)}); the "
-                         f"band there is {where}.")
+            lines.append(
+                f"Step {b.step}: not validated in this run (last validation at step {max(steps)}); the "
+                f"band there is {where}."
+            )
     return lines
 
 
@@ -119,20 +125,30 @@ def section() -> str:
         ("run-to-run SD (assumed: 1 problem of 30)", *(f"{x.run_to_run_sd:.4f}" for x in b)),
         ("total SD", *(f"{x.total_sd:.4f}" for x in b)),
         (f"band: published +- {Z} x total SD (95%)", *(f"**{x.low:.2f} - {x.high:.2f}**" for x in b)),
-        ("the same without run-to-run spread (sampling only)",
-         *(f"{s.low:.2f} - {s.high:.2f}" for s in (band(x.published, x.step, 0.0) for x in b))),
+        (
+            "the same without run-to-run spread (sampling only)",
+            *(f"{s.low:.2f} - {s.high:.2f}" for s in (band(x.published, x.step, 0.0) for x in b)),
+        ),
     ]
-    lines = [f"Computed by `retool/report/band.py` (`python -m retool.report.band`) from `{TAG}` in "
-             "`retool/constants.py`:", "",
-             f"| | step {b[0].step} (after SFT) | step {b[1].step} |", "|---|---|---|"]
+    lines = [
+        f"Computed by `retool/report/band.py` (`python -m retool.report.band`) from `{TAG}` in `retool/constants.py`:",
+        "",
+        f"| | step {b[0].step} (after SFT) | step {b[1].step} |",
+        "|---|---|---|",
+    ]
     lines += [f"| {name} | {start} | {end} |" for name, start, end in rows]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.report.band", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", type=Path, default=None, metavar="FILE",
-                        help=f"replace the section {SECTION} of FILE (docs/reference.md) instead of printing it")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"replace the section {SECTION} of FILE (docs/reference.md) instead of printing it",
+    )
     args = parser.parse_args(argv)
     if args.write is None:
         print(section(), end="")

@@ -47,12 +47,16 @@ class Run:
 def find_event_dirs(logdir: Path) -> list[Path]:
     """Folders under ``logdir`` (itself included) that hold TensorBoard event files."""
     if not logdir.is_dir():
-        raise ReportError(f"--logdir {logdir} is not a folder: pass the run's TensorBoard folder "
-                          "(verl writes $TENSORBOARD_DIR, default tensorboard_log/<project>/<experiment>)")
+        raise ReportError(
+            f"--logdir {logdir} is not a folder: pass the run's TensorBoard folder "
+            "(verl writes $TENSORBOARD_DIR, default tensorboard_log/<project>/<experiment>)"
+        )
     dirs = sorted({p.parent for p in logdir.rglob("events.out.tfevents.*") if p.is_file()})
     if not dirs:
-        raise ReportError(f"no TensorBoard event files (events.out.tfevents.*) under {logdir}: "
-                          "was the run started with trainer.logger including 'tensorboard'?")
+        raise ReportError(
+            f"no TensorBoard event files (events.out.tfevents.*) under {logdir}: "
+            "was the run started with trainer.logger including 'tensorboard'?"
+        )
     return dirs
 
 
@@ -90,7 +94,7 @@ _SFT_TAGS = ("train/loss", "val/loss")
 
 
 def stage_of(tags: set[str]) -> str | None:
-    """"rl" for a folder with RL trainer tags, "sft" for one with the SFT trainer's loss, else None."""
+    """ "rl" for a folder with RL trainer tags, "sft" for one with the SFT trainer's loss, else None."""
     if any(t.startswith(_RL_PREFIXES) for t in tags):
         return "rl"
     if any(t in tags for t in _SFT_TAGS):
@@ -112,13 +116,17 @@ def read_run(logdir: Path) -> Run:
         if not candidates:
             continue
         chosen = max(candidates, key=lambda d: len(loaded[d]))
-        series = {tag: Series(tag, sorted(points), [points[s][1] for s in sorted(points)])
-                  for tag, points in loaded[chosen].items()}
+        series = {
+            tag: Series(tag, sorted(points), [points[s][1] for s in sorted(points)])
+            for tag, points in loaded[chosen].items()
+        }
         setattr(run, stage, series)
         setattr(run, f"{stage}_dir", chosen)
     run.ignored = [d for d in loaded if d not in (run.rl_dir, run.sft_dir)]
     if not run.rl and not run.sft:
-        raise ReportError(f"the event folders under {logdir} ({', '.join(str(d) for d in loaded)}) hold neither RL "
-                          f"tags ({', '.join(_RL_PREFIXES)}...) nor the SFT loss ({', '.join(_SFT_TAGS)}): "
-                          "pass the run's tensorboard folder")
+        raise ReportError(
+            f"the event folders under {logdir} ({', '.join(str(d) for d in loaded)}) hold neither RL "
+            f"tags ({', '.join(_RL_PREFIXES)}...) nor the SFT loss ({', '.join(_SFT_TAGS)}): "
+            "pass the run's tensorboard folder"
+        )
     return run

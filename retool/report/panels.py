@@ -62,15 +62,21 @@ class Plot:
 
 def make_plot(title: str | None, ylabel: str, curves: list[Curve], **options: Any) -> Plot:
     """A plot with zero-at-every-step curves moved out of ``curves`` into ``zero``."""
-    return Plot(title, ylabel, [c for c in curves if not c.series.is_zero()],
-                [c for c in curves if c.series.is_zero()], **options)
+    return Plot(
+        title,
+        ylabel,
+        [c for c in curves if not c.series.is_zero()],
+        [c for c in curves if c.series.is_zero()],
+        **options,
+    )
 
 
 def published_for(tag: str, published: dict[str, Any]) -> dict[str, Any] | None:
     """{tag, start, end, steps} published for ``tag``: the exact tag first, else the same tag with another mean@N."""
     metrics, pattern = published["metrics"], _MEAN_AT.sub("mean@N", tag)
-    candidates = [tag] if tag in metrics else [
-        t for t in metrics if pattern != tag and _MEAN_AT.sub("mean@N", t) == pattern]
+    candidates = (
+        [tag] if tag in metrics else [t for t in metrics if pattern != tag and _MEAN_AT.sub("mean@N", t) == pattern]
+    )
     if not candidates:
         return None
     entry = metrics[candidates[0]]
@@ -98,14 +104,17 @@ def data_sources(scalars: dict[str, Series]) -> list[str]:
 def ratio(numerator: Series, denominator: Series) -> Series:
     """numerator / denominator at the steps where both were logged and the denominator is positive."""
     below = dict(zip(denominator.steps, denominator.values))
-    points = [(s, v / below[s]) for s, v in zip(numerator.steps, numerator.values)
-              if below.get(s, 0) > 0 and math.isfinite(v)]
+    points = [
+        (s, v / below[s]) for s, v in zip(numerator.steps, numerator.values) if below.get(s, 0) > 0 and math.isfinite(v)
+    ]
     return Series(f"{numerator.tag} / {denominator.tag.split('/')[-2]}", [s for s, _ in points], [v for _, v in points])
 
 
 def accuracy_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
-    curves = [Curve(s, source, True, f"source:{source}", "max", published_for(s.tag, published))
-              for source, s in per_source(scalars, "acc").items()]
+    curves = [
+        Curve(s, source, True, f"source:{source}", "max", published_for(s.tag, published))
+        for source, s in per_source(scalars, "acc").items()
+    ]
     if not curves:
         return None
     return [make_plot(None, "accuracy", curves, rate=True)]
@@ -123,31 +132,37 @@ def tools_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[P
             notes.append("no tool call at any validation step, so no outcome rates")
         elif source in calls:
             outcomes = {key: per_source(scalars, key).get(source) for key, _, _ in OUTCOME_RATES}
-            curves += [Curve(ratio(outcomes[key], calls[source]), label, True, key, better)
-                       for key, label, better in OUTCOME_RATES if outcomes[key] is not None]
+            curves += [
+                Curve(ratio(outcomes[key], calls[source]), label, True, key, better)
+                for key, label, better in OUTCOME_RATES
+                if outcomes[key] is not None
+            ]
         plots.append(make_plot(source, "share", curves, rate=True, notes=notes))
     return plots or None
 
 
 def turns_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
-    curves = [Curve(s, f"{source}: tool calls (validation)", True, f"source:{source}")
-              for source, s in per_source(scalars, "tool_calls").items()]
+    curves = [
+        Curve(s, f"{source}: tool calls (validation)", True, f"source:{source}")
+        for source, s in per_source(scalars, "tool_calls").items()
+    ]
     # verl's v1 trainer logs the training turns under both names; one line is enough.
     train = next((scalars[t] for t in ("num_turns/mean", "training/num_turns/mean") if t in scalars), None)
     if train is not None:
         curves.append(Curve(train, "turns, training batches", False, "train"))
     if "val-aux/num_turns/mean" in scalars:
         val = scalars["val-aux/num_turns/mean"]
-        curves.append(Curve(val, "turns, validation", True, "val",
-                            published=published_for(val.tag, published)))
+        curves.append(Curve(val, "turns, validation", True, "val", published=published_for(val.tag, published)))
     if not curves:
         return None
     return [make_plot(None, "turns or calls per trajectory", curves)]
 
 
 def reward_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
-    curves = [Curve(s, f"{source} (validation)", True, f"source:{source}", "max")
-              for source, s in per_source(scalars, "score").items()]
+    curves = [
+        Curve(s, f"{source} (validation)", True, f"source:{source}", "max")
+        for source, s in per_source(scalars, "score").items()
+    ]
     if "critic/rewards/mean" in scalars:
         curves.append(Curve(scalars["critic/rewards/mean"], "training batches", False, "train", "max"))
     if not curves:
@@ -177,33 +192,55 @@ def failures_panel(scalars: dict[str, Series], published: dict[str, Any]) -> lis
     by cause. A healthy run is zero everywhere, which the figure says in its note."""
     from retool.failures.causes import CAUSES
 
-    shares = [Curve(scalars[tag], label, tag.startswith("val-"), key, "min")
-              for tag, label, key in (("failures/share", "training steps", "train"),
-                                      ("val-failures/share", "validations", "val")) if tag in scalars]
-    counts = [Curve(scalars[f"failures/total/{cause}"], cause, False, cause, "min")
-              for cause in CAUSES if f"failures/total/{cause}" in scalars]
+    shares = [
+        Curve(scalars[tag], label, tag.startswith("val-"), key, "min")
+        for tag, label, key in (
+            ("failures/share", "training steps", "train"),
+            ("val-failures/share", "validations", "val"),
+        )
+        if tag in scalars
+    ]
+    counts = [
+        Curve(scalars[f"failures/total/{cause}"], cause, False, cause, "min")
+        for cause in CAUSES
+        if f"failures/total/{cause}" in scalars
+    ]
     if not shares and not counts:
         return None
-    return [make_plot("share of the trajectories that failed", "share", shares, rate=True),
-            make_plot("failed training trajectories by cause", "trajectories", counts)]
+    return [
+        make_plot("share of the trajectories that failed", "share", shares, rate=True),
+        make_plot("failed training trajectories by cause", "trajectories", counts),
+    ]
 
 
 def off_policy_panel(scalars: dict[str, Series], published: dict[str, Any]) -> list[Plot] | None:
     """How stale the trained trajectories were (retool.trainer_modes): zero in sync, the price of the async modes."""
     from retool.trainer_modes import EVICTED, SPANS, STALENESS, STALENESS_WORST
 
-    behind = [Curve(scalars[tag], label, False, key, "min") for tag, label, key in (
-        (f"{STALENESS}/mean", "mean, from its last token", "mean"),
-        (f"{STALENESS}/max", "most, from its last token", "max"),
-        (f"{STALENESS_WORST}/max", "most, from its first token", "worst")) if tag in scalars]
-    spans = [Curve(scalars[tag], label, False, key) for tag, label, key in (
-        (f"{SPANS}/mean", "model versions per trajectory, mean", "mean"),
-        (f"{SPANS}/max", "model versions per trajectory, most", "max"),
-        (EVICTED, "groups dropped as too stale", "evicted")) if tag in scalars]
+    behind = [
+        Curve(scalars[tag], label, False, key, "min")
+        for tag, label, key in (
+            (f"{STALENESS}/mean", "mean, from its last token", "mean"),
+            (f"{STALENESS}/max", "most, from its last token", "max"),
+            (f"{STALENESS_WORST}/max", "most, from its first token", "worst"),
+        )
+        if tag in scalars
+    ]
+    spans = [
+        Curve(scalars[tag], label, False, key)
+        for tag, label, key in (
+            (f"{SPANS}/mean", "model versions per trajectory, mean", "mean"),
+            (f"{SPANS}/max", "model versions per trajectory, most", "max"),
+            (EVICTED, "groups dropped as too stale", "evicted"),
+        )
+        if tag in scalars
+    ]
     if not behind and not spans:
         return None
-    return [make_plot("model versions between a trajectory's weights and the trained weights", "versions", behind),
-            make_plot("partial rollout: versions a trajectory was generated across", "versions or groups", spans)]
+    return [
+        make_plot("model versions between a trajectory's weights and the trained weights", "versions", behind),
+        make_plot("partial rollout: versions a trajectory was generated across", "versions or groups", spans),
+    ]
 
 
 @dataclass(frozen=True)
@@ -218,27 +255,54 @@ class PanelSpec:
 
 
 PANELS = (
-    PanelSpec("accuracy", "Validation accuracy per data source", "rl",
-              "val-core/<data_source>/acc/mean@N", accuracy_panel),
-    PanelSpec("tools", "Tool use and tool outcomes per data source", "rl",
-              "val-aux/<data_source>/used_tool/mean@N; tool_ok, tool_error, tool_timeout, tool_unavailable, "
-              "tool_truncated / tool_calls", tools_panel),
-    PanelSpec("num_turns", "Turns and tool calls per trajectory", "rl",
-              "num_turns/mean, val-aux/num_turns/mean, val-aux/<data_source>/tool_calls/mean@N", turns_panel),
+    PanelSpec(
+        "accuracy", "Validation accuracy per data source", "rl", "val-core/<data_source>/acc/mean@N", accuracy_panel
+    ),
+    PanelSpec(
+        "tools",
+        "Tool use and tool outcomes per data source",
+        "rl",
+        "val-aux/<data_source>/used_tool/mean@N; tool_ok, tool_error, tool_timeout, tool_unavailable, "
+        "tool_truncated / tool_calls",
+        tools_panel,
+    ),
+    PanelSpec(
+        "num_turns",
+        "Turns and tool calls per trajectory",
+        "rl",
+        "num_turns/mean, val-aux/num_turns/mean, val-aux/<data_source>/tool_calls/mean@N",
+        turns_panel,
+    ),
     PanelSpec("reward", "Reward", "rl", "critic/rewards/mean, val-aux/<data_source>/score/mean@N", reward_panel),
-    PanelSpec("response_length", "Response length (tokens of model and tool output)", "rl",
-              "response_length/mean", response_length_panel),
-    PanelSpec("failures", "Failed trajectories (lost or kept out of the loss)", "rl",
-              "failures/share, val-failures/share, failures/total/<cause>", failures_panel),
-    PanelSpec("off_policy", "Staleness of the trained trajectories (trainer modes)", "rl",
-              "training/off_policy/trajectory_staleness/{mean,max}, .../trajectory_staleness_worst/max, "
-              ".../trajectory_spans/{mean,max}, training/off_policy/evicted_samples", off_policy_panel),
+    PanelSpec(
+        "response_length",
+        "Response length (tokens of model and tool output)",
+        "rl",
+        "response_length/mean",
+        response_length_panel,
+    ),
+    PanelSpec(
+        "failures",
+        "Failed trajectories (lost or kept out of the loss)",
+        "rl",
+        "failures/share, val-failures/share, failures/total/<cause>",
+        failures_panel,
+    ),
+    PanelSpec(
+        "off_policy",
+        "Staleness of the trained trajectories (trainer modes)",
+        "rl",
+        "training/off_policy/trajectory_staleness/{mean,max}, .../trajectory_staleness_worst/max, "
+        ".../trajectory_spans/{mean,max}, training/off_policy/evicted_samples",
+        off_policy_panel,
+    ),
     PanelSpec("sft_loss", "SFT loss", "sft", "train/loss, val/loss", sft_loss_panel),
 )
 
 
-def build_panels(stages: dict[str, dict[str, Series]], published: dict[str, Any]
-                 ) -> tuple[list[tuple[PanelSpec, list[Plot]]], list[PanelSpec]]:
+def build_panels(
+    stages: dict[str, dict[str, Series]], published: dict[str, Any]
+) -> tuple[list[tuple[PanelSpec, list[Plot]]], list[PanelSpec]]:
     """(panels to draw with their plots, panels of a stage that was read but logged none of their tags)."""
     drawn, missing = [], []
     for spec in PANELS:

@@ -27,8 +27,11 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 def colours_for(plots: Sequence[Plot], sources: Sequence[str]) -> dict[str, int]:
     """colour_key -> palette index: data sources by their rank in ``sources``, other keys the lowest free index."""
     keys = list(dict.fromkeys(c.colour_key for p in plots for c in p.curves + p.zero))
-    taken = {k: sources.index(k.removeprefix("source:")) for k in keys
-             if k.startswith("source:") and k.removeprefix("source:") in sources}
+    taken = {
+        k: sources.index(k.removeprefix("source:"))
+        for k in keys
+        if k.startswith("source:") and k.removeprefix("source:") in sources
+    }
     free = (i for i in range(len(keys) + len(sources)) if i not in taken.values())
     return {k: taken[k] if k in taken else next(free) for k in keys}
 
@@ -43,7 +46,7 @@ def centred_mean(values: Sequence[float], window: int) -> list[float]:
     half = window // 2
     out = []
     for i in range(len(values)):
-        near = [v for v in values[max(0, i - half):i + half + 1] if math.isfinite(v)]
+        near = [v for v in values[max(0, i - half) : i + half + 1] if math.isfinite(v)]
         out.append(sum(near) / len(near) if near else math.nan)
     return out
 
@@ -59,19 +62,49 @@ def draw_curve(ax: Axes, curve: Curve, index: int, smooth: bool) -> None:
     s = curve.series
     if curve.validation:
         # Half-transparent faces: a marker on top of another leaves both visible.
-        ax.plot(s.steps, s.values, linestyle="none", marker=marker, markersize=8, color=colour,
-                markerfacecolor=to_rgba(colour, 0.6), markeredgewidth=1.8, label=curve.label,
-                gid=f"validation:{s.tag}", zorder=3)
+        ax.plot(
+            s.steps,
+            s.values,
+            linestyle="none",
+            marker=marker,
+            markersize=8,
+            color=colour,
+            markerfacecolor=to_rgba(colour, 0.6),
+            markeredgewidth=1.8,
+            label=curve.label,
+            gid=f"validation:{s.tag}",
+            zorder=3,
+        )
     elif smooth and len(s.steps) >= 8:
         window = smoothing_window(len(s.steps))
-        ax.plot(s.steps, s.values, color=colour, linewidth=1, alpha=0.35, label=f"{curve.label} (raw)",
-                gid=f"training:{s.tag}")
-        ax.plot(s.steps, centred_mean(s.values, window), color=colour, linewidth=2.2,
-                label=f"{curve.label}, mean of {window} steps", gid=f"smoothed:{s.tag}")
+        ax.plot(
+            s.steps,
+            s.values,
+            color=colour,
+            linewidth=1,
+            alpha=0.35,
+            label=f"{curve.label} (raw)",
+            gid=f"training:{s.tag}",
+        )
+        ax.plot(
+            s.steps,
+            centred_mean(s.values, window),
+            color=colour,
+            linewidth=2.2,
+            label=f"{curve.label}, mean of {window} steps",
+            gid=f"smoothed:{s.tag}",
+        )
     else:
         # A line needs two points; a lone training point still shows as a dot.
-        ax.plot(s.steps, s.values, color=colour, linewidth=1.8, marker=marker if len(s.steps) < 3 else None,
-                label=curve.label, gid=f"training:{s.tag}")
+        ax.plot(
+            s.steps,
+            s.values,
+            color=colour,
+            linewidth=1.8,
+            marker=marker if len(s.steps) < 3 else None,
+            label=curve.label,
+            gid=f"training:{s.tag}",
+        )
 
 
 def draw_published(ax: Axes, curve: Curve, index: int) -> None:
@@ -79,12 +112,19 @@ def draw_published(ax: Axes, curve: Curve, index: int) -> None:
     colour, published = PALETTE[index % len(PALETTE)], curve.published
     end_step = f"step {published['steps']}" if published.get("steps") else "its last step"
     for value, style, when in ((published["start"], ":", "step 0"), (published["end"], "--", end_step)):
-        ax.axhline(value, color=colour, linestyle=style, linewidth=1.3, gid=f"published:{curve.series.tag}",
-                   label=f"{curve.label}, published: {value:g} at {when}")
+        ax.axhline(
+            value,
+            color=colour,
+            linestyle=style,
+            linewidth=1.3,
+            gid=f"published:{curve.series.tag}",
+            label=f"{curve.label}, published: {value:g} at {when}",
+        )
 
 
-def decorate(ax: Axes, plot: Plot, index: int, columns: int, count: int, share_y: bool,
-             span: tuple[int, int] | None) -> None:
+def decorate(
+    ax: Axes, plot: Plot, index: int, columns: int, count: int, share_y: bool, span: tuple[int, int] | None
+) -> None:
     """Axis ranges, labels and the note of one axes (the ``index``-th of ``count`` in ``columns`` columns)."""
     from matplotlib.ticker import MaxNLocator, PercentFormatter
 
@@ -105,12 +145,29 @@ def decorate(ax: Axes, plot: Plot, index: int, columns: int, count: int, share_y
         ax.set_xlim(span[0] - pad, span[1] + pad)
     notes = plot.notes + ([zero_note(plot.zero)] if plot.zero else [])
     if notes and not plot.curves:  # an empty axes says why, low, where zeros would be and away from published lines
-        ax.text(0.5, 0.06, textwrap.fill("; ".join(notes), 50), transform=ax.transAxes, ha="center",
-                va="bottom", fontsize=10, color="#333333", gid="note",
-                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#BBBBBB"})
+        ax.text(
+            0.5,
+            0.06,
+            textwrap.fill("; ".join(notes), 50),
+            transform=ax.transAxes,
+            ha="center",
+            va="bottom",
+            fontsize=10,
+            color="#333333",
+            gid="note",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#BBBBBB"},
+        )
     elif notes:
-        ax.text(0, -0.2, textwrap.fill("; ".join(notes), 75), transform=ax.transAxes, va="top",
-                fontsize=8.5, color="#444444", gid="note")
+        ax.text(
+            0,
+            -0.2,
+            textwrap.fill("; ".join(notes), 75),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=8.5,
+            color="#444444",
+            gid="note",
+        )
 
 
 def draw(spec: PanelSpec, plots: Sequence[Plot], sources: Sequence[str], span: tuple[int, int] | None) -> Figure:
@@ -137,7 +194,7 @@ def draw(spec: PanelSpec, plots: Sequence[Plot], sources: Sequence[str], span: t
         for line in ax.get_lines():
             handles.setdefault(line.get_label(), line)
         decorate(ax, plot, index, columns, len(plots), share_y, span)
-    for ax in axes[len(plots):]:
+    for ax in axes[len(plots) :]:
         ax.set_visible(False)
     # Left-aligned so that it never runs under the legend at the top right.
     fig.suptitle(spec.title, fontsize=12, x=0.01, ha="left")

@@ -46,13 +46,28 @@ def check_speed(run: Run) -> Check:
         for name, stage in run.stages.items():
             took = [float(r["time"]) - float(r["start"]) for r in stage.ends if "start" in r and "time" in r]
             if took:
-                lines.append(f"{name}: the smoke's own stage took {hours(sum(took))} (its projection above is of the "
-                             "same config)")
+                lines.append(
+                    f"{name}: the smoke's own stage took {hours(sum(took))} (its projection above is of the "
+                    "same config)"
+                )
     return verdict("speed", failures, lines)
 
 
-CHECKS = (check_stages, check_config, check_devices, check_tensorboard, check_validation, check_tool_calls,
-          check_reward, check_failures, check_checkpoints, check_resume, check_merge, check_memory, check_speed)
+CHECKS = (
+    check_stages,
+    check_config,
+    check_devices,
+    check_tensorboard,
+    check_validation,
+    check_tool_calls,
+    check_reward,
+    check_failures,
+    check_checkpoints,
+    check_resume,
+    check_merge,
+    check_memory,
+    check_speed,
+)
 
 
 def checklist(run: Run) -> list[Check]:

@@ -44,8 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(header(run))
         print(render(checks))
-        print(f"retool-shakedown: {summary(checks)}" + (": the long run is not ready; fix what failed and run the "
-                                                        "shakedown again" if exit_status(checks) else ""))
+        print(
+            f"retool-shakedown: {summary(checks)}"
+            + (
+                ": the long run is not ready; fix what failed and run the shakedown again"
+                if exit_status(checks)
+                else ""
+            )
+        )
     return exit_status(checks)
 
 

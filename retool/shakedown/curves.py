@@ -19,11 +19,23 @@ from retool.tool_outcomes import OUTCOME_KEYS
 # retool.reward.compute_score's numeric fields: verl logs them as train-reward/<field>/mean (patch 0004)
 REWARD_FIELDS = ("score", "acc", "acc_strict_box", "acc_normalized", "has_answer", "num_turns")
 SFT_TAGS = ("train/loss", "train/lr", "train/grad_norm", "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb")
-RL_TAGS = ("critic/score/mean", "critic/rewards/mean", "num_turns/mean", "response_length/mean", "actor/pg_loss",
-           "actor/grad_norm", "timing_s/step", "timing_s/gen", "actor/perf/max_memory_allocated_gb",
-           "actor/perf/max_memory_reserved_gb", "failures/share", "failures/total/all",
-           *(f"failures/total/{cause}" for cause in CAUSES), *(f"train-reward/{key}/mean" for key in OUTCOME_KEYS),
-           *(f"train-reward/{key}/mean" for key in REWARD_FIELDS))
+RL_TAGS = (
+    "critic/score/mean",
+    "critic/rewards/mean",
+    "num_turns/mean",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "timing_s/step",
+    "timing_s/gen",
+    "actor/perf/max_memory_allocated_gb",
+    "actor/perf/max_memory_reserved_gb",
+    "failures/share",
+    "failures/total/all",
+    *(f"failures/total/{cause}" for cause in CAUSES),
+    *(f"train-reward/{key}/mean" for key in OUTCOME_KEYS),
+    *(f"train-reward/{key}/mean" for key in REWARD_FIELDS),
+)
 MEMORY_TAGS = {"sft": "perf/max_memory_{}_gb", "rl": "actor/perf/max_memory_{}_gb"}
 DEVICE_TOTAL = re.compile(rb"device memory used/total \(GB\): [0-9.]+/([0-9.]+)")
 
@@ -53,7 +65,8 @@ def check_stages(run: Run) -> Check:
         missing = [k for k in wanted if k not in logged]
         text = f"{name}: steps {span(logged)} of {len(wanted) or '?'} logged, {launch_minutes(stage)}"
         (found.bad if missing or not wanted else found.ok)(
-            text + (f"; steps {span(missing)} missing: the stage did not finish (logs/{name}.log)" if missing else ""))
+            text + (f"; steps {span(missing)} missing: the stage did not finish (logs/{name}.log)" if missing else "")
+        )
     return found
 
 
@@ -78,11 +91,16 @@ def check_tensorboard(run: Run) -> Check:
             if twice:
                 problems.append(f"{tag} logged more than once at step {span(twice)}")
         if problems:
-            found.bad(f"{name} ({stage.events.created and 'tensorboard/' + name or 'no event files'}): "
-                      + "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else ""))
+            found.bad(
+                f"{name} ({stage.events.created and 'tensorboard/' + name or 'no event files'}): "
+                + "; ".join(problems[:6])
+                + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+            )
         else:
-            found.ok(f"{name}: {len(tags)} tags at each of steps {span(steps)}, once each "
-                     f"({len(stage.events.tags)} tags in all)")
+            found.ok(
+                f"{name}: {len(tags)} tags at each of steps {span(steps)}, once each "
+                f"({len(stage.events.tags)} tags in all)"
+            )
     return found
 
 
@@ -127,8 +145,9 @@ def check_tool_calls(run: Run) -> Check:
     if stage is None:
         return verdict("tool calls", ["no RL stage in this folder"], [])
     per_step = rl_trajectories(stage)
-    counts = {key: round(sum(stage.events.series(f"train-reward/{key}/mean").values()) * per_step)
-              for key in OUTCOME_KEYS}
+    counts = {
+        key: round(sum(stage.events.series(f"train-reward/{key}/mean").values()) * per_step) for key in OUTCOME_KEYS
+    }
     steps = len(stage.events.series("train-reward/tool_calls/mean"))
     mix = ", ".join(f"{key.removeprefix('tool_')} {n}" for key, n in counts.items() if key != "tool_calls")
     text = f"training: {counts['tool_calls']} calls in {steps} steps of {per_step} trajectories ({mix})"
@@ -136,15 +155,19 @@ def check_tool_calls(run: Run) -> Check:
     for tag in stage.events.matching("val-aux/"):
         if re.fullmatch(r"val-aux/[^/]+/tool_calls/mean@\d+", tag):
             last_mean[tag.split("/")[1]] = list(stage.events.series(tag).values())[-1]
-    val_text = "validation: " + (", ".join(f"{source} {value:.2f} calls per trajectory" for source, value in
-                                           sorted(last_mean.items())) or "no val-aux/<source>/tool_calls curve")
+    val_text = "validation: " + (
+        ", ".join(f"{source} {value:.2f} calls per trajectory" for source, value in sorted(last_mean.items()))
+        or "no val-aux/<source>/tool_calls curve"
+    )
     failures = []
     if not steps:
         failures.append("no train-reward/tool_calls/mean curve (patch 0004 logs it)")
     elif counts["tool_calls"] == 0:
-        failures.append("the model made no tool call in any training step: the tool, its schema in the prompt or "
-                        "the chat template's tool-call format is broken (see a trajectory in rollouts/ or "
-                        "TensorBoard's TEXT tab)")
+        failures.append(
+            "the model made no tool call in any training step: the tool, its schema in the prompt or "
+            "the chat template's tool-call format is broken (see a trajectory in rollouts/ or "
+            "TensorBoard's TEXT tab)"
+        )
     elif counts["tool_ok"] == 0:
         failures.append("no tool call ran successfully: check the sandbox (retool-doctor --sandbox-url ...)")
     return verdict("tool calls", failures, [text, val_text])
@@ -163,15 +186,22 @@ def check_reward(run: Run) -> Check:
             failures.append(f"{tag} is not a finite number at every step")
         else:
             where = "reward fields" if tag.startswith("train-reward/") else "verl"
-            shown[where].append(f"{tag.removeprefix('train-reward/').removesuffix('/mean')} "
-                                f"{list(series.values())[-1]:.3f}")
+            shown[where].append(
+                f"{tag.removeprefix('train-reward/').removesuffix('/mean')} {list(series.values())[-1]:.3f}"
+            )
     val_turns = sorted(tag for tag in stage.events.matching("val-aux/") if "/num_turns/mean@" in tag)
     if not val_turns:
         failures.append("no val-aux/<source>/num_turns/mean@<n>: validation trajectories lack num_turns")
     last = max(stage.events.series("critic/score/mean") or {0: 0})
-    return verdict("reward", failures, [f"at step {last}: " + "; ".join(f"{where}: {', '.join(values)}" for
-                                                                         where, values in shown.items() if values),
-                                        "validation: " + ", ".join(val_turns)])
+    return verdict(
+        "reward",
+        failures,
+        [
+            f"at step {last}: "
+            + "; ".join(f"{where}: {', '.join(values)}" for where, values in shown.items() if values),
+            "validation: " + ", ".join(val_turns),
+        ],
+    )
 
 
 def latest_records(records: list[dict]) -> list[dict]:
@@ -197,21 +227,27 @@ def check_failures(run: Run) -> Check:
         failures.append(f"no failure record for training step{'s' if len(missing) > 1 else ''} {span(missing)}")
     if summed["stop"]:
         message = str(summed["stop"].get("message", "")).splitlines()
-        failures.append(f"the failure accounting stopped the run at step {summed['stop'].get('step')} "
-                        f"({summed['stop'].get('reason')}): " + (message[0] if message else ""))
-    limit = float(dig(stage.config, "trainer.v1.sampler.sampler_kwargs.max_sustained_share",
-                      DEFAULTS["max_sustained_share"]) or 0)
+        failures.append(
+            f"the failure accounting stopped the run at step {summed['stop'].get('step')} "
+            f"({summed['stop'].get('reason')}): " + (message[0] if message else "")
+        )
+    limit = float(
+        dig(stage.config, "trainer.v1.sampler.sampler_kwargs.max_sustained_share", DEFAULTS["max_sustained_share"]) or 0
+    )
     train = summed.get("train")
     if train and train["expected"] and limit and train["failed"] / train["expected"] > limit:
-        failures.append(f"{train['failed']} of {train['expected']} training trajectories failed, more than "
-                        f"max_sustained_share {limit:g}: the full run would stop after a few steps")
+        failures.append(
+            f"{train['failed']} of {train['expected']} training trajectories failed, more than "
+            f"max_sustained_share {limit:g}: the full run would stop after a few steps"
+        )
     shares = stage.events.series("failures/share")
     unlogged = [k for k in expected_steps(stage) if k not in shares]
     if unlogged:
         failures.append(f"TensorBoard failures/share missing at steps {span(unlogged)}")
-    evidence = [totals_sentence(summed),
-                "TensorBoard failures/share per step: " + (", ".join(f"{k}: {v:.3f}" for k, v in shares.items())
-                                                           or "missing")]
+    evidence = [
+        totals_sentence(summed),
+        "TensorBoard failures/share per step: " + (", ".join(f"{k}: {v:.3f}" for k, v in shares.items()) or "missing"),
+    ]
     return verdict("failures", failures, evidence)
 
 
@@ -227,7 +263,7 @@ def host_peak_gb(folder: Path) -> float | None:
     if not path.is_file():
         return None
     used = [int(line.split("\t")[1]) for line in path.read_text().splitlines() if line.count("\t") == 1]
-    return max(used) / 1024 ** 2 if used else None
+    return max(used) / 1024**2 if used else None
 
 
 def check_memory(run: Run) -> Check:
@@ -237,13 +273,17 @@ def check_memory(run: Run) -> Check:
         reserved = stage.events.series(MEMORY_TAGS[name].format("reserved"))
         missing = [k for k in expected_steps(stage) if k not in allocated or k not in reserved]
         if not allocated or missing:
-            found.bad(f"{name}: {MEMORY_TAGS[name].format('allocated|reserved')} missing at steps "
-                      f"{span(missing) if allocated else 'all'}")
+            found.bad(
+                f"{name}: {MEMORY_TAGS[name].format('allocated|reserved')} missing at steps "
+                f"{span(missing) if allocated else 'all'}"
+            )
             continue
         total = device_total_gb(run.folder / "logs" / f"{name}.log")
         size = f"; of {total:.1f} GB" if total else ""
-        found.ok(f"{name}: at most {max(allocated.values()):.2f} GB allocated, {max(reserved.values()):.2f} GB "
-                 f"reserved on a device (rank 0's, as verl reports it{size})")
+        found.ok(
+            f"{name}: at most {max(allocated.values()):.2f} GB allocated, {max(reserved.values()):.2f} GB "
+            f"reserved on a device (rank 0's, as verl reports it{size})"
+        )
     host = host_peak_gb(run.folder)
     if host is not None:
         found.ok(f"host: {host:.1f} GB in use at most (logs/memory.tsv)")

@@ -17,5 +17,8 @@ class StopAfterFirstCheckpoint(CheckpointCallback):
     def on_save(self, trainer, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs) -> None:
         if global_step == 1 and trainer.total_training_steps > 1:
             trainer.total_training_steps = 1
-            print(f"[shakedown] step 1 saved in {checkpoint_dir}: this launch ends here; the launcher starts again "
-                  "in the same RUN_DIR to resume from it", flush=True)
+            print(
+                f"[shakedown] step 1 saved in {checkpoint_dir}: this launch ends here; the launcher starts again "
+                "in the same RUN_DIR to resume from it",
+                flush=True,
+            )

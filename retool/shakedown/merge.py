@@ -42,14 +42,26 @@ def sft_checkpoint(run_dir: Path) -> tuple[int, Path]:
     except ResumeError as exc:
         raise MergeError(str(exc)) from exc
     if step is None:
-        raise MergeError(f"{checkpoints} holds no checkpoint (no latest_checkpointed_iteration.txt): the SFT stage "
-                         "did not finish; see logs/sft.log")
+        raise MergeError(
+            f"{checkpoints} holds no checkpoint (no latest_checkpointed_iteration.txt): the SFT stage "
+            "did not finish; see logs/sft.log"
+        )
     return step, checkpoints / f"global_step_{step}"
 
 
 def merge(checkpoint: Path, target: Path, log: Path) -> None:
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-               "--local_dir", str(checkpoint), "--target_dir", str(target)]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(checkpoint),
+        "--target_dir",
+        str(target),
+    ]
     with log.open("a") as out:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
@@ -69,14 +81,19 @@ def load(target: Path) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, dtype="auto")
     loaded_s = time.monotonic() - started
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": PROBE}], add_generation_prompt=True,
-                                        return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROBE}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     with torch.no_grad():
         logits = model(input_ids=ids).logits
-    return {"architectures": list(model.config.architectures or []),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "prompt_tokens": int(ids.shape[-1]),
-            "logits_finite": bool(torch.isfinite(logits).all()), "load_s": round(loaded_s, 1)}
+    return {
+        "architectures": list(model.config.architectures or []),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "prompt_tokens": int(ids.shape[-1]),
+        "logits_finite": bool(torch.isfinite(logits).all()),
+        "load_s": round(loaded_s, 1),
+    }
 
 
 def merge_and_load(run_dir: Path) -> dict[str, Any]:
@@ -89,12 +106,19 @@ def merge_and_load(run_dir: Path) -> dict[str, Any]:
         facts = load(target)
     except Exception as exc:  # noqa: BLE001 -- whatever stops the load is the finding; it is reported, not hidden
         raise MergeError(f"the merged model {target} does not load: {exc!r}") from exc
-    record = {"checkpoint": str(checkpoint), "step": step, "model": str(target), "merge_s": round(merged_s, 1),
-              **facts, "time": time.time()}
+    record = {
+        "checkpoint": str(checkpoint),
+        "step": step,
+        "model": str(target),
+        "merge_s": round(merged_s, 1),
+        **facts,
+        "time": time.time(),
+    }
     (run_dir / MERGE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     if not facts["logits_finite"]:
-        raise MergeError(f"the merged model {target} loads but its logits are not finite: the checkpoint or the "
-                         "merge is broken")
+        raise MergeError(
+            f"the merged model {target} loads but its logits are not finite: the checkpoint or the merge is broken"
+        )
     return record
 
 
@@ -107,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     except (MergeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"merged SFT step {record['step']} into {record['model']} ({record['merge_s']:.0f} s) and loaded it: "
-          f"{record['architectures'][0] if record['architectures'] else '?'}, {record['parameters'] / 1e6:.1f} M "
-          f"parameters, {record['dtype']}, finite logits")
+    print(
+        f"merged SFT step {record['step']} into {record['model']} ({record['merge_s']:.0f} s) and loaded it: "
+        f"{record['architectures'][0] if record['architectures'] else '?'}, {record['parameters'] / 1e6:.1f} M "
+        f"parameters, {record['dtype']}, finite logits"
+    )
     return 0
 
 

@@ -23,9 +23,11 @@ from retool.doctor.config import capped, dig, parquet_rows, planned_steps
 from retool.shakedown.runfolder import Run, Stage
 
 # README "Expected wall time": the paper estimate for the reference run on one Atlas A3 node (16 dies), not measured.
-PAPER_ESTIMATE = ("the docs' paper estimate for the reference run on one Atlas A3 node (README; not measured): "
-                  "SFT 6-10 s per step (under an hour for 186 steps), RL 5-8 min per step (12-18 h for 130 steps, "
-                  "validation included)")
+PAPER_ESTIMATE = (
+    "the docs' paper estimate for the reference run on one Atlas A3 node (README; not measured): "
+    "SFT 6-10 s per step (under an hour for 186 steps), RL 5-8 min per step (12-18 h for 130 steps, "
+    "validation included)"
+)
 PAPER_SFT_S_PER_STEP = (6, 10)
 PAPER_RL_MIN_PER_STEP = (5, 8)
 PAPER_RL_HOURS = (12, 18)
@@ -126,25 +128,45 @@ class Projection:
 def project_sft(stage: Stage, measured: Measured) -> Projection:
     full = stage.full_config or stage.config
     steps = planned_steps(full)
-    missing = [what for what, value in (("the step time", measured.step_s), ("the start-up", measured.startup_s),
-                                        ("the save", measured.save_s), ("the full run's steps", steps))
-               if value is None]
+    missing = [
+        what
+        for what, value in (
+            ("the step time", measured.step_s),
+            ("the start-up", measured.startup_s),
+            ("the save", measured.save_s),
+            ("the full run's steps", steps),
+        )
+        if value is None
+    ]
     if missing:
         return Projection("sft", None, [], missing)
     saves = max(1, every(dig(full, "trainer.save_freq"), steps))  # SFT always saves its last step
     seconds = measured.startup_s + steps * measured.step_s + saves * measured.save_s
-    return Projection("sft", seconds, [
-        f"SFT: {secs(measured.step_s)} per step (median of {measured.steps_timed} step gaps), start-up "
-        f"{secs(measured.startup_s)}, save {secs(measured.save_s)} -> {steps} steps and {plural(saves, 'save')}: "
-        f"{hours(seconds)}"], [])
+    return Projection(
+        "sft",
+        seconds,
+        [
+            f"SFT: {secs(measured.step_s)} per step (median of {measured.steps_timed} step gaps), start-up "
+            f"{secs(measured.startup_s)}, save {secs(measured.save_s)} -> {steps} steps and {plural(saves, 'save')}: "
+            f"{hours(seconds)}"
+        ],
+        [],
+    )
 
 
 def project_rl(stage: Stage, measured: Measured) -> Projection:
     full = stage.full_config or stage.config
     steps = planned_steps(full)
-    missing = [what for what, value in (("the step time", measured.step_s), ("the start-up", measured.startup_s),
-                                        ("a validation's time", measured.validation_s),
-                                        ("the full run's steps", steps)) if value is None]
+    missing = [
+        what
+        for what, value in (
+            ("the step time", measured.step_s),
+            ("the start-up", measured.startup_s),
+            ("a validation's time", measured.validation_s),
+            ("the full run's steps", steps),
+        )
+        if value is None
+    ]
     if missing:
         return Projection("rl", None, [], missing)
     validations = int(bool(dig(full, "trainer.val_before_train", True))) + every(dig(full, "trainer.test_freq"), steps)
@@ -155,17 +177,25 @@ def project_rl(stage: Stage, measured: Measured) -> Projection:
     if full_val and measured.validation_trajectories and full_val != measured.validation_trajectories:
         if measured.generation_s and batch:
             val_s = max(measured.validation_s, measured.generation_s * full_val / batch)
-            how = (f"{full_val} trajectories, from a step's generation of {batch} ({secs(measured.generation_s)}); "
-                   f"measured {secs(measured.validation_s)} for {measured.validation_trajectories}")
+            how = (
+                f"{full_val} trajectories, from a step's generation of {batch} ({secs(measured.generation_s)}); "
+                f"measured {secs(measured.validation_s)} for {measured.validation_trajectories}"
+            )
         else:
             how = f"the measured one, for {measured.validation_trajectories} trajectories: a floor"
     save_s = measured.save_s or 0.0
     seconds = measured.startup_s + validations * val_s + steps * measured.step_s + saves * save_s
     save_text = f"save {secs(save_s)}" if measured.save_s is not None else "save not measured (counted 0)"
-    return Projection("rl", seconds, [
-        f"RL: {secs(measured.step_s)} per step without its save (median of {measured.steps_timed}), {save_text}, "
-        f"start-up {secs(measured.startup_s)}, a validation {secs(val_s)} ({how}) -> {steps} steps, "
-        f"{plural(validations, 'validation')} and {plural(saves, 'save')}: {hours(seconds)}"], [])
+    return Projection(
+        "rl",
+        seconds,
+        [
+            f"RL: {secs(measured.step_s)} per step without its save (median of {measured.steps_timed}), {save_text}, "
+            f"start-up {secs(measured.startup_s)}, a validation {secs(val_s)} ({how}) -> {steps} steps, "
+            f"{plural(validations, 'validation')} and {plural(saves, 'save')}: {hours(seconds)}"
+        ],
+        [],
+    )
 
 
 def plural(n: int, what: str) -> str:

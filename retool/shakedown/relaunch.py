@@ -33,8 +33,9 @@ class RelaunchError(RuntimeError):
 
 def prompt_digests(dump: Path) -> list[str]:
     """The distinct prompts of a step's rollout dump (verl's ``rollout_data_dir/<step>.jsonl``), hashed, sorted."""
-    return sorted({hashlib.sha1(record["input"].encode()).hexdigest()[:16] for record in read_records(dump)
-                   if "input" in record})
+    return sorted(
+        {hashlib.sha1(record["input"].encode()).hexdigest()[:16] for record in read_records(dump) if "input" in record}
+    )
 
 
 def saved_steps(checkpoints: Path) -> list[int]:
@@ -53,23 +54,37 @@ def after_launch(run_dir: Path) -> bool:
     if path.is_file():  # the second launch ended
         record = json.loads(path.read_text())
         if latest != last:
-            raise RelaunchError(f"the resumed launch ended at step {latest} of {last} (latest checkpoint in "
-                                f"{checkpoints}); see logs/rl.log")
+            raise RelaunchError(
+                f"the resumed launch ended at step {latest} of {last} (latest checkpoint in "
+                f"{checkpoints}); see logs/rl.log"
+            )
         record.update(resumed=True, resumed_end=time.time())
         path.write_text(json.dumps(record, indent=2) + "\n")
         return False
     if last < 2 or latest != 1:
-        raise RelaunchError(f"the shakedown's first RL launch should have ended at the checkpoint of step 1 of "
-                            f"{last} (latest checkpoint: {latest}; saved: {saved_steps(checkpoints) or 'none'}): "
-                            "there is nothing to resume from. See logs/rl.log")
+        raise RelaunchError(
+            f"the shakedown's first RL launch should have ended at the checkpoint of step 1 of "
+            f"{last} (latest checkpoint: {latest}; saved: {saved_steps(checkpoints) or 'none'}): "
+            "there is nothing to resume from. See logs/rl.log"
+        )
     dumps = Path(trainer.get("rollout_data_dir") or run_dir / "rollouts")
-    record: dict[str, Any] = {"first_launch": {"saved": saved_steps(checkpoints), "latest": latest,
-                                               "prompts": {"1": prompt_digests(dumps / "1.jsonl")}},
-                              "stopped_after": 1, "stopped_at": time.time(), "resumed": False}
+    record: dict[str, Any] = {
+        "first_launch": {
+            "saved": saved_steps(checkpoints),
+            "latest": latest,
+            "prompts": {"1": prompt_digests(dumps / "1.jsonl")},
+        },
+        "stopped_after": 1,
+        "stopped_at": time.time(),
+        "resumed": False,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
-    print("[shakedown] the first launch ended at step 1's checkpoint: launching again in the same RUN_DIR to resume "
-          "from it", file=sys.stderr)
+    print(
+        "[shakedown] the first launch ended at step 1's checkpoint: launching again in the same RUN_DIR to resume "
+        "from it",
+        file=sys.stderr,
+    )
     return True
 
 

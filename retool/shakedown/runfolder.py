@@ -175,15 +175,28 @@ def read_run(folder: Path) -> Run:
         raise RunFolderError(f"{folder} is not a folder: pass a run's RUN_DIR (runs/shakedown-<time>, runs/smoke-...)")
     found = [s for s in STAGES if (folder / f"{s}.resolved.yaml").is_file()]
     if not found:
-        raise RunFolderError(f"{folder} holds neither sft.resolved.yaml nor rl.resolved.yaml: not a run folder "
-                             "(scripts/launch.sh writes them when a stage starts)")
+        raise RunFolderError(
+            f"{folder} holds neither sft.resolved.yaml nor rl.resolved.yaml: not a run folder "
+            "(scripts/launch.sh writes them when a stage starts)"
+        )
     launches = read_records(folder / LAUNCHES)
     stages = {}
     for name in found:
         config = yaml.safe_load((folder / f"{name}.resolved.yaml").read_text())
         full_path = folder / FULL_CONFIG.format(stage=name)
         full = yaml.safe_load(full_path.read_text()) if full_path.is_file() else None
-        stages[name] = Stage(name, config, full, read_events(event_dirs(name, folder, config)),
-                             [r for r in launches if r.get("stage") == name])
-    return Run(folder, run_kind(launches), stages, read_records(folder / "logs" / "failures.jsonl"),
-               read_json(folder / MERGE_RECORD), read_json(folder / RESUME_RECORD))
+        stages[name] = Stage(
+            name,
+            config,
+            full,
+            read_events(event_dirs(name, folder, config)),
+            [r for r in launches if r.get("stage") == name],
+        )
+    return Run(
+        folder,
+        run_kind(launches),
+        stages,
+        read_records(folder / "logs" / "failures.jsonl"),
+        read_json(folder / MERGE_RECORD),
+        read_json(folder / RESUME_RECORD),
+    )

@@ -49,11 +49,18 @@ from retool.smoke import shipped_model, task
 from retool.smoke.pretrain import PretrainOptions
 
 MODEL_FILES = shipped_model.FILES
-RAW_FILES = ("raw/retool_sft/train.parquet", "raw/retool_sft/val.parquet", "raw/retool_sft/pretrain.parquet",
-             "raw/dapo_math/train.parquet", "raw/dapo_math/val.parquet")
-SFT_FILES = {"data/sft_train.parquet": "raw/retool_sft/train.parquet",
-             "data/sft_val.parquet": "raw/retool_sft/val.parquet",
-             "data/pretrain.parquet": "raw/retool_sft/pretrain.parquet"}  # converted -> raw
+RAW_FILES = (
+    "raw/retool_sft/train.parquet",
+    "raw/retool_sft/val.parquet",
+    "raw/retool_sft/pretrain.parquet",
+    "raw/dapo_math/train.parquet",
+    "raw/dapo_math/val.parquet",
+)
+SFT_FILES = {
+    "data/sft_train.parquet": "raw/retool_sft/train.parquet",
+    "data/sft_val.parquet": "raw/retool_sft/val.parquet",
+    "data/pretrain.parquet": "raw/retool_sft/pretrain.parquet",
+}  # converted -> raw
 DATA_FILES = (*SFT_FILES, "data/rl_train.parquet", "data/rl_val_synthetic.parquet", "data/rl_val_aime2025.parquet")
 MANIFEST = "manifest.json"
 # One prompt shape for SFT, RL and validation (module docstring): the improved profile's wording and tool.
@@ -81,18 +88,25 @@ class BuildOptions:
     rl_val_rows: int = option(32, help="synthetic RL validation problems", minimum=1, feeds=DATA)
     seed: int = option(0, help="seed of the model weights and the data", feeds=DATA + MODEL)
     aime2025: Path | None = option(  # None: default_aime2025()
-        None, help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)")
+        None, help="AIME 2025 jsonl (default: $RETOOL_AIME2025 or the shipped retool/datasets/aime2025/test.jsonl)"
+    )
     aime_rows: int | None = option(None, help="keep only the first K AIME rows (default: all)", minimum=1, feeds=DATA)
-    profile: str = option(SMOKE_PROFILE, choices=sorted(PROFILES), feeds=DATA,
-                          help="retool.profiles profile whose prompt wording and tool schema the data gets (default: "
-                               "%(default)s, one prompt shape for SFT and RL; see the module docstring)")
+    profile: str = option(
+        SMOKE_PROFILE,
+        choices=sorted(PROFILES),
+        feeds=DATA,
+        help="retool.profiles profile whose prompt wording and tool schema the data gets (default: "
+        "%(default)s, one prompt shape for SFT and RL; see the module docstring)",
+    )
     layers: int = option(4, help="decoder layers of the tiny model", feeds=MODEL)
     hidden: int = option(128, help="hidden size of the tiny model", feeds=MODEL)
-    pretrain_rows: int = option(8192, help="tool-using conversations to pre-train on (default: %(default)s)",
-                                minimum=1, feeds=DATA)
+    pretrain_rows: int = option(
+        8192, help="tool-using conversations to pre-train on (default: %(default)s)", minimum=1, feeds=DATA
+    )
     pretrain: PretrainOptions = PretrainOptions()  # steps=0: no pre-training (a random model); --pretrain-steps
     shipped_model: bool = option(  # install assets/smoke_model when it fits (retool.smoke.shipped_model)
-        True, help="pre-train even when the model shipped in assets/smoke_model fits these options", feeds=MODEL)
+        True, help="pre-train even when the model shipped in assets/smoke_model fits these options", feeds=MODEL
+    )
     force: bool = option(False, help="rebuild everything even if up to date")
 
     def model_inputs(self) -> dict[str, Any]:
@@ -125,8 +139,12 @@ def build_assets(opts: BuildOptions) -> dict[str, Any]:
     started = time.monotonic()
     manifest: dict[str, Any] = {"format": 1, "built_by": "retool-smoke-assets", "data_source": task.DATA_SOURCE}
 
-    data_fresh = (not opts.force and old.get("data_inputs") == opts.data_inputs()
-                  and all((out / f).is_file() for f in RAW_FILES + DATA_FILES) and "data" in old)
+    data_fresh = (
+        not opts.force
+        and old.get("data_inputs") == opts.data_inputs()
+        and all((out / f).is_file() for f in RAW_FILES + DATA_FILES)
+        and "data" in old
+    )
     if data_fresh:
         for key in ("raw", "converters"):
             manifest[key] = old[key]
@@ -136,8 +154,11 @@ def build_assets(opts: BuildOptions) -> dict[str, Any]:
     manifest["data_built"] = not data_fresh
 
     # The tokenizer is trimmed to the data's tokens, so new data means a new model.
-    model_fresh = (data_fresh and old.get("model_inputs") == opts.model_inputs()
-                   and all((out / "model" / f).is_file() for f in MODEL_FILES))
+    model_fresh = (
+        data_fresh
+        and old.get("model_inputs") == opts.model_inputs()
+        and all((out / "model" / f).is_file() for f in MODEL_FILES)
+    )
     if model_fresh:
         manifest["model"], manifest["data"] = old["model"], old["data"]
     else:
@@ -156,7 +177,8 @@ def _check_inputs(opts: BuildOptions) -> None:
     if not aime.is_file():
         raise FileNotFoundError(
             f"AIME 2025 file not found at {aime}; pass --aime2025 PATH or set RETOOL_AIME2025 "
-            "(a math-ai/aime25 style jsonl: problem, answer, id)")
+            "(a math-ai/aime25 style jsonl: problem, answer, id)"
+        )
     if not tool_config.is_file():
         raise FileNotFoundError(f"the {opts.profile} profile's tool config {tool_config} is missing from the checkout")
 
@@ -173,8 +195,11 @@ def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, An
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         build_qwen_tokenizer(tmp, keep=lambda full: _vocabulary_texts(full, out))
-        shipped = (shipped_model.install_if_fits(shipped_model.key(opts.model_inputs(), opts.data_inputs()), tmp)
-                   if opts.shipped_model and opts.pretrain.steps else None)
+        shipped = (
+            shipped_model.install_if_fits(shipped_model.key(opts.model_inputs(), opts.data_inputs()), tmp)
+            if opts.shipped_model and opts.pretrain.steps
+            else None
+        )
         summary = shipped or build_tiny_model(tmp, tmp, layers=opts.layers, hidden=opts.hidden, seed=opts.seed)
         if shipped is None and opts.pretrain.steps:
             import pyarrow.parquet as pq
@@ -182,8 +207,9 @@ def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, An
             rows = pq.read_table(out / "data/pretrain.parquet").to_pylist()
             held_out = [r for r in pq.read_table(out / "data/sft_val.parquet").to_pylist() if _uses_tool(r["messages"])]
             clean = [{"messages": _clean_messages(r["messages"]), "tools": r["tools"]} for r in rows + held_out]
-            report = pretrain(tmp, clean[:len(rows)], clean[len(rows):], opts.pretrain,
-                              log=lambda line: print(line, flush=True))
+            report = pretrain(
+                tmp, clean[: len(rows)], clean[len(rows) :], opts.pretrain, log=lambda line: print(line, flush=True)
+            )
             summary["pretrain"] = {**report, "host": host_report()}
             summary["dtype"] = "float32"
         shutil.rmtree(model_dir, ignore_errors=True)
@@ -197,10 +223,15 @@ def _build_model(model_dir: Path, out: Path, opts: BuildOptions) -> dict[str, An
 
 # What the sandbox sends back besides numbers: these shapes get whole tokens, anything else still encodes by bytes.
 TOOL_OUTPUT_TEXTS = (
-    "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n",
-    "NameError: name 'result' is not defined", "SyntaxError: invalid syntax", "ZeroDivisionError: division by zero",
-    "TypeError: unsupported operand type(s)", "ValueError: invalid literal for int() with base 10",
-    "Execution timed out", "Error: the sandbox is unavailable", "(no output)",
+    'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n',
+    "NameError: name 'result' is not defined",
+    "SyntaxError: invalid syntax",
+    "ZeroDivisionError: division by zero",
+    "TypeError: unsupported operand type(s)",
+    "ValueError: invalid literal for int() with base 10",
+    "Execution timed out",
+    "Error: the sandbox is unavailable",
+    "(no output)",
 )
 
 
@@ -210,8 +241,9 @@ def _vocabulary_texts(full_tokenizer: Any, out: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     def render(messages: list[dict[str, Any]], tools: Any, generation_prompt: bool) -> str:
-        return full_tokenizer.apply_chat_template(_clean_messages(messages), tools=tools, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+        return full_tokenizer.apply_chat_template(
+            _clean_messages(messages), tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     tools = pq.read_table(out / "data/sft_train.parquet").slice(0, 1).to_pylist()[0]["tools"]
     texts = list(TOOL_OUTPUT_TEXTS)
@@ -232,8 +264,15 @@ def _vocabulary_texts(full_tokenizer: Any, out: Path) -> list[str]:
 def _write_raw(out: Path, opts: BuildOptions) -> dict[str, Any]:
     # the pre-training split comes last, so adding it left the earlier splits as they were
     splits = task.make_splits(
-        {"sft_train": opts.sft_rows, "sft_val": opts.sft_val_rows, "rl_train": opts.rl_rows,
-         "rl_val": opts.rl_val_rows, "pretrain": opts.pretrain_rows}, opts.seed)
+        {
+            "sft_train": opts.sft_rows,
+            "sft_val": opts.sft_val_rows,
+            "rl_train": opts.rl_rows,
+            "rl_val": opts.rl_val_rows,
+            "pretrain": opts.pretrain_rows,
+        },
+        opts.seed,
+    )
     # distinct sub-seeds so trace wording and UUIDs differ between splits
     tables = {
         "raw/retool_sft/train.parquet": task.sft_rows(splits["sft_train"], opts.seed + 1),
@@ -255,18 +294,35 @@ def _convert(out: Path, opts: BuildOptions) -> dict[str, Any]:
     summaries: dict[str, Any] = {}
     try:
         for dst, src in SFT_FILES.items():
-            summaries[dst] = _jsonable(preprocess(out / src, _tmp_path(out / dst), opts.resolved_tool_config(),
-                                                  on_error="skip", prompt_style=opts.prompt_style))
+            summaries[dst] = _jsonable(
+                preprocess(
+                    out / src,
+                    _tmp_path(out / dst),
+                    opts.resolved_tool_config(),
+                    on_error="skip",
+                    prompt_style=opts.prompt_style,
+                )
+            )
             _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
-        for dst, src in (("data/rl_train.parquet", "raw/dapo_math/train.parquet"),
-                         ("data/rl_val_synthetic.parquet", "raw/dapo_math/val.parquet")):
-            summaries[dst] = _jsonable(prepare(out / src, _tmp_path(out / dst), source="dapo",
-                                               prompt_style=opts.prompt_style))
+        for dst, src in (
+            ("data/rl_train.parquet", "raw/dapo_math/train.parquet"),
+            ("data/rl_val_synthetic.parquet", "raw/dapo_math/val.parquet"),
+        ):
+            summaries[dst] = _jsonable(
+                prepare(out / src, _tmp_path(out / dst), source="dapo", prompt_style=opts.prompt_style)
+            )
             _require_all_rows(out / src, _tmp_path(out / dst), summaries[dst])
             _set_data_source(_tmp_path(out / dst), task.DATA_SOURCE)
         dst = "data/rl_val_aime2025.parquet"
-        summaries[dst] = _jsonable(prepare(opts.resolved_aime(), _tmp_path(out / dst), source="aime2025",
-                                           limit=opts.aime_rows, prompt_style=opts.prompt_style))
+        summaries[dst] = _jsonable(
+            prepare(
+                opts.resolved_aime(),
+                _tmp_path(out / dst),
+                source="aime2025",
+                limit=opts.aime_rows,
+                prompt_style=opts.prompt_style,
+            )
+        )
         for dst in DATA_FILES:  # publish only after every conversion succeeded
             os.replace(_tmp_path(out / dst), out / dst)
     finally:
@@ -284,8 +340,10 @@ def _describe_data(out: Path) -> dict[str, Any]:
     described: dict[str, Any] = {}
     sft = pq.read_table(out / "data/sft_train.parquet").to_pylist()
     if not sft or "tools" not in sft[0]:
-        raise ValueError(f"{out / 'data/sft_train.parquet'} has no 'tools' column: the SFT converter's output "
-                         "must carry the code_interpreter schema")
+        raise ValueError(
+            f"{out / 'data/sft_train.parquet'} has no 'tools' column: the SFT converter's output "
+            "must carry the code_interpreter schema"
+        )
     tools = sft[0]["tools"]
     for rel in DATA_FILES:
         rows = pq.read_table(out / rel).to_pylist()
@@ -293,9 +351,11 @@ def _describe_data(out: Path) -> dict[str, Any]:
         if rel in SFT_FILES:
             info["tool_rate"] = round(sum(_uses_tool(r["messages"]) for r in rows) / len(rows), 4)
             info["conversation_tokens"] = _stats(
-                [_n_tokens(tokenizer, _clean_messages(r["messages"]), r["tools"], False) for r in rows])
+                [_n_tokens(tokenizer, _clean_messages(r["messages"]), r["tools"], False) for r in rows]
+            )
             info["prompt_tokens"] = _stats(
-                [_n_tokens(tokenizer, _clean_messages(r["messages"][:1]), r["tools"], True) for r in rows])
+                [_n_tokens(tokenizer, _clean_messages(r["messages"][:1]), r["tools"], True) for r in rows]
+            )
         else:
             info["data_sources"] = sorted({r["data_source"] for r in rows})
             info["prompt_tokens"] = _stats([_n_tokens(tokenizer, r["prompt"], tools, True) for r in rows])
@@ -313,8 +373,7 @@ def _clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _n_tokens(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, generation_prompt: bool) -> int:
-    ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
-                                        add_generation_prompt=generation_prompt)
+    ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, add_generation_prompt=generation_prompt)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return a BatchEncoding
         ids = ids["input_ids"]
     return len(ids)
@@ -322,8 +381,12 @@ def _n_tokens(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, genera
 
 def _stats(values: list[int]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
-            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "max": ordered[-1]}
+    return {
+        "min": ordered[0],
+        "mean": round(statistics.fmean(ordered), 1),
+        "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+        "max": ordered[-1],
+    }
 
 
 def _require_all_rows(src: Path, dst: Path, summary: Any) -> None:
@@ -331,8 +394,10 @@ def _require_all_rows(src: Path, dst: Path, summary: Any) -> None:
 
     n_in, n_out = pq.read_metadata(src).num_rows, pq.read_metadata(dst).num_rows
     if n_in != n_out:
-        raise RuntimeError(f"converting {src} kept {n_out} of {n_in} synthetic rows (converter summary: {summary}); "
-                           "the synthetic task and the converter disagree on the layout")
+        raise RuntimeError(
+            f"converting {src} kept {n_out} of {n_in} synthetic rows (converter summary: {summary}); "
+            "the synthetic task and the converter disagree on the layout"
+        )
 
 
 def _set_data_source(path: Path, data_source: str) -> None:
@@ -390,12 +455,20 @@ def _parse(argv: list[str] | None) -> tuple[BuildOptions, bool]:
     """The build's options, and whether to ship the model it pre-trains (--ship-model)."""
     p = argparse.ArgumentParser(
         prog="retool-smoke-assets",
-        description="Build the tiny model, tokenizer and synthetic_arith data for the CPU smoke run (offline).")
+        description="Build the tiny model, tokenizer and synthetic_arith data for the CPU smoke run (offline).",
+    )
     add_options(p, BuildOptions)
-    p.add_argument("--pretrain-steps", type=int, default=PretrainOptions.steps,
-                   help="pre-training steps (default: %(default)s; 0 keeps the random model)")
-    p.add_argument("--ship-model", action="store_true",
-                   help="copy the model this build pre-trained into assets/smoke_model (retool.smoke.shipped_model)")
+    p.add_argument(
+        "--pretrain-steps",
+        type=int,
+        default=PretrainOptions.steps,
+        help="pre-training steps (default: %(default)s; 0 keeps the random model)",
+    )
+    p.add_argument(
+        "--ship-model",
+        action="store_true",
+        help="copy the model this build pre-trained into assets/smoke_model (retool.smoke.shipped_model)",
+    )
     a = p.parse_args(argv)
     if a.pretrain_steps < 0:
         p.error(f"--pretrain-steps must be >= 0, got {a.pretrain_steps}")
@@ -418,14 +491,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {model['architecture']} {model['num_parameters']:,} parameters ({state}) -> {model['path']}")
     if model.get("pretrain"):
         report = model["pretrain"]
-        print(f"pre-training: {report['options']['steps']} steps in {report['train_seconds']} s, digit runs copied "
-              f"exactly {report['copy_before']['digit_runs_exact']} -> {report['copy_after']['digit_runs_exact']}")
+        print(
+            f"pre-training: {report['options']['steps']} steps in {report['train_seconds']} s, digit runs copied "
+            f"exactly {report['copy_before']['digit_runs_exact']} -> {report['copy_after']['digit_runs_exact']}"
+        )
     for rel, info in manifest["data"].items():
         tokens = info["prompt_tokens"]
         extra = f", conversation max {info['conversation_tokens']['max']}" if "conversation_tokens" in info else ""
         print(f"{rel}: {info['rows']} rows, prompt tokens mean {tokens['mean']} max {tokens['max']}{extra}")
-    print(f"{'built' if manifest['data_built'] else 'up to date'} in {manifest['build_seconds']} s -> "
-          f"{Path(opts.out) / MANIFEST}")
+    print(
+        f"{'built' if manifest['data_built'] else 'up to date'} in {manifest['build_seconds']} s -> "
+        f"{Path(opts.out) / MANIFEST}"
+    )
     return 0
 
 

@@ -36,8 +36,9 @@ _INTEGER = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 
 
-def negated_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  **kwargs: Any) -> dict[str, Any]:
+def negated_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+) -> dict[str, Any]:
     result = compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
     result["score"] = -result["score"]
     return result

@@ -66,8 +66,13 @@ def wrong_tool_config(tool_config: Path, out: Path, class_name: str = WRONG_TOOL
     return out
 
 
-def overrides(steps: int | None = None, val_n: int | None = None, control: str | None = None,
-              seed: int | None = None, wrong_tool_yaml: Path | None = None) -> list[str]:
+def overrides(
+    steps: int | None = None,
+    val_n: int | None = None,
+    control: str | None = None,
+    seed: int | None = None,
+    wrong_tool_yaml: Path | None = None,
+) -> list[str]:
     """The Hydra overrides on top of ``+smoke=rl`` for a learning run (None keeps the smoke's value)."""
     args = ["+smoke=rl", f"trainer.experiment_name=learning-{control or 'grpo'}"]
     if steps is not None:
@@ -78,8 +83,10 @@ def overrides(steps: int | None = None, val_n: int | None = None, control: str |
     if seed is not None:
         args += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}"]
     if control == "negated":
-        args += ["reward.custom_reward_function.path=pkg://retool.smoke.controls",
-                 "reward.custom_reward_function.name=negated_score"]
+        args += [
+            "reward.custom_reward_function.path=pkg://retool.smoke.controls",
+            "reward.custom_reward_function.name=negated_score",
+        ]
     elif control in TOOL_CONTROLS:
         if wrong_tool_yaml is None:
             raise ValueError(f"the {control} control needs the path of its tool YAML")
@@ -95,15 +102,17 @@ def assets_profile(assets: Path) -> str:
     try:
         return json.loads(manifest.read_text())["data_inputs"]["profile"]
     except (OSError, ValueError, KeyError) as exc:
-        raise FileNotFoundError(f"{manifest} does not name the data's profile ({exc}): rebuild the assets with "
-                                "python -m retool.smoke.build") from None
+        raise FileNotFoundError(
+            f"{manifest} does not name the data's profile ({exc}): rebuild the assets with python -m retool.smoke.build"
+        ) from None
 
 
 def checkout_commit() -> str | None:
     """The recipe checkout's commit as run_smoke_cpu.sh records it (git describe --always --dirty); None without git."""
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
@@ -111,39 +120,67 @@ def checkout_commit() -> str | None:
 
 def measured_now() -> dict[str, Any]:
     """When and where a run happens: start time (UTC, ISO), the host's CPU and dtype, the checkout's commit."""
-    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": host_report(), "commit": checkout_commit()}
+    return {
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": host_report(),
+        "commit": checkout_commit(),
+    }
 
 
 def check_inputs(sft_model: Path, assets: Path) -> None:
-    for path, what in ((sft_model / "config.json", "--sft-model (a merged SFT model)"),
-                       (assets / "data" / "rl_train.parquet", "--assets (retool.smoke.build output)")):
+    for path, what in (
+        (sft_model / "config.json", "--sft-model (a merged SFT model)"),
+        (assets / "data" / "rl_train.parquet", "--assets (retool.smoke.build output)"),
+    ):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: check {what}")
 
 
-def launch_env(sft_model: Path, assets: Path, run_dir: Path, sandbox_url: str, trainer_mode: str = "sync",
-               python: str = sys.executable) -> dict[str, str]:
+def launch_env(
+    sft_model: Path,
+    assets: Path,
+    run_dir: Path,
+    sandbox_url: str,
+    trainer_mode: str = "sync",
+    python: str = sys.executable,
+) -> dict[str, str]:
     """The environment of scripts/launch.sh for the smoke's RL stage on ``sft_model`` into ``run_dir``."""
-    env = {**os.environ, "DEVICE": "cpu", "PYTHON": python, "PROFILE": assets_profile(assets),
-           "RUN_DIR": str(run_dir), "TRAINER_MODE": trainer_mode, "RETOOL_DATA_DIR": str(assets / "data"),
-           "RETOOL_SFT_MODEL": str(sft_model), "RETOOL_SANDBOX_URL": sandbox_url}
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "PYTHON": python,
+        "PROFILE": assets_profile(assets),
+        "RUN_DIR": str(run_dir),
+        "TRAINER_MODE": trainer_mode,
+        "RETOOL_DATA_DIR": str(assets / "data"),
+        "RETOOL_SFT_MODEL": str(sft_model),
+        "RETOOL_SANDBOX_URL": sandbox_url,
+    }
     env.pop("DRY_RUN", None)
     return env
 
 
-def launch(sft_model: Path, assets: Path, run_dir: Path, args: list[str], trainer_mode: str = "sync",
-           python: str = sys.executable, timeout_s: float = 3600) -> None:
+def launch(
+    sft_model: Path,
+    assets: Path,
+    run_dir: Path,
+    args: list[str],
+    trainer_mode: str = "sync",
+    python: str = sys.executable,
+    timeout_s: float = 3600,
+) -> None:
     """scripts/launch.sh rl with ``args`` against a sandbox of its own; RuntimeError when verl failed."""
     with running_sandbox() as sandbox:
         env = launch_env(sft_model, assets, run_dir, f"{sandbox}/run_code", trainer_mode, python)
         # The launcher prints the run's compact view (retool.console) on this console; verl's whole output goes to
         # <run-dir>/logs/rl.log.
-        proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args], cwd=REPO_ROOT, env=env,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            [str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *args], cwd=REPO_ROOT, env=env, timeout=timeout_s
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"the RL run exited {proc.returncode} (its last lines are above); full log "
-                           f"{run_dir / 'logs' / 'rl.log'}")
+        raise RuntimeError(
+            f"the RL run exited {proc.returncode} (its last lines are above); full log {run_dir / 'logs' / 'rl.log'}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +189,9 @@ class LearningRun:
 
     sft_model: Path = option(help="merged SFT model (a smoke run's sft_merged)")
     run_dir: Path = option(help="the run's folder (learning.json, logs/, the run's outputs)")
-    assets: Path = option(REPO_ROOT / ".cache" / "smoke-assets",
-                          help="smoke assets (retool.smoke.build --out); default: %(default)s")
+    assets: Path = option(
+        REPO_ROOT / ".cache" / "smoke-assets", help="smoke assets (retool.smoke.build --out); default: %(default)s"
+    )
     steps: int | None = option(None, help="GRPO steps (default: the smoke's)")
     val_n: int | None = option(None, help="samples per held-out prompt at each validation (default: the smoke's)")
     seed: int | None = option(None, help="data order and sampling seed (default: the smoke's)")
@@ -168,18 +206,29 @@ def run(spec: LearningRun, python: str = sys.executable, timeout_s: float = 3600
 
     run_dir = spec.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    wrong_yaml = (wrong_tool_config(get_profile(assets_profile(spec.assets)).tool_config_path,
-                                    run_dir / "tool_wrong_result.yaml", TOOL_CONTROLS[spec.control])
-                  if spec.control in TOOL_CONTROLS else None)
+    wrong_yaml = (
+        wrong_tool_config(
+            get_profile(assets_profile(spec.assets)).tool_config_path,
+            run_dir / "tool_wrong_result.yaml",
+            TOOL_CONTROLS[spec.control],
+        )
+        if spec.control in TOOL_CONTROLS
+        else None
+    )
     args = overrides(spec.steps, spec.val_n, spec.control, spec.seed, wrong_yaml)
     measured = measured_now()
     started = time.monotonic()
     launch(spec.sft_model, spec.assets, run_dir, args, spec.trainer_mode, python, timeout_s)
     result = report(run_dir / "validation", run_dir / "rollouts", spec.assets / "data" / "rl_val_synthetic.parquet")
     scalars = read_scalars(run_dir / "tensorboard" / "rl")
-    result.update(run_settings(run_dir / "rl.resolved.yaml"), control=spec.control, measured=measured,
-                  wall_s=round(time.monotonic() - started, 1), off_policy=off_policy(scalars),
-                  grad_norm=scalars.get(GRAD_NORM, []))
+    result.update(
+        run_settings(run_dir / "rl.resolved.yaml"),
+        control=spec.control,
+        measured=measured,
+        wall_s=round(time.monotonic() - started, 1),
+        off_policy=off_policy(scalars),
+        grad_norm=scalars.get(GRAD_NORM, []),
+    )
     (run_dir / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -192,13 +241,20 @@ def from_smoke_run(smoke: Path, assets: Path, out: Path) -> dict[str, Any]:
     if "rl" not in stages or not (smoke / "validation").is_dir():
         raise FileNotFoundError(f"{smoke} holds no finished RL stage (logs/stages.tsv, validation/)")
     start, end = stages["rl"]
-    measured = {"started": datetime.datetime.fromtimestamp(start, datetime.timezone.utc).isoformat(timespec="seconds"),
-                "host": json.loads((smoke / "logs" / "host.json").read_text()),
-                "commit": read_log_line(smoke / "logs" / "commit.txt")}
+    measured = {
+        "started": datetime.datetime.fromtimestamp(start, datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": json.loads((smoke / "logs" / "host.json").read_text()),
+        "commit": read_log_line(smoke / "logs" / "commit.txt"),
+    }
     result = report(smoke / "validation", smoke / "rollouts", assets / "data" / "rl_val_synthetic.parquet")
-    result.update(run_settings(smoke / "rl.resolved.yaml"), control=None, measured=measured,
-                  wall_s=round(end - start, 1), run_dir=str(smoke),
-                  grad_norm=read_scalars(smoke / "tensorboard" / "rl").get(GRAD_NORM, []))
+    result.update(
+        run_settings(smoke / "rl.resolved.yaml"),
+        control=None,
+        measured=measured,
+        wall_s=round(end - start, 1),
+        run_dir=str(smoke),
+        grad_norm=read_scalars(smoke / "tensorboard" / "rl").get(GRAD_NORM, []),
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -212,14 +268,18 @@ def run_settings(resolved: Path) -> dict[str, Any]:
     config = yaml.safe_load(resolved.read_text())
     rollout = config["actor_rollout_ref"]["rollout"]
     reward = config["reward"]["custom_reward_function"]
-    return {"steps": config["trainer"]["total_training_steps"], "prompts_per_step": config["data"]["train_batch_size"],
-            "n": rollout["n"], "val_n": rollout["val_kwargs"]["n"],
-            "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"],
-            "seed": {"data": config["data"].get("seed"), "rollout": rollout.get("seed")},
-            "reward": f"{reward['path']}:{reward['name']}",
-            "tool_shaping": (reward.get("reward_kwargs") or {}).get("tool_shaping"),
-            "tool_config": Path(rollout["multi_turn"]["tool_config_path"]).name,
-            "trainer_mode": ((config["trainer"].get("v1") or {}).get("trainer_mode") or "sync")}
+    return {
+        "steps": config["trainer"]["total_training_steps"],
+        "prompts_per_step": config["data"]["train_batch_size"],
+        "n": rollout["n"],
+        "val_n": rollout["val_kwargs"]["n"],
+        "lr": config["actor_rollout_ref"]["actor"]["optim"]["lr"],
+        "seed": {"data": config["data"].get("seed"), "rollout": rollout.get("seed")},
+        "reward": f"{reward['path']}:{reward['name']}",
+        "tool_shaping": (reward.get("reward_kwargs") or {}).get("tool_shaping"),
+        "tool_config": Path(rollout["multi_turn"]["tool_config_path"]).name,
+        "trainer_mode": ((config["trainer"].get("v1") or {}).get("trainer_mode") or "sync"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,8 +70,11 @@ def encode(tokenizer: Any, messages: list[dict[str, Any]], tools: Any) -> Encode
 def shared_prefix_length(conversations: list[Encoded]) -> int:
     """Tokens every conversation starts with, stopping before the first reply token (those carry a loss)."""
     first = conversations[0].ids
-    length = first.index(next(t for t, r in zip(first, conversations[0].in_reply) if r)) if any(
-        conversations[0].in_reply) else len(first)
+    length = (
+        first.index(next(t for t, r in zip(first, conversations[0].in_reply) if r))
+        if any(conversations[0].in_reply)
+        else len(first)
+    )
     for conv in conversations[1:]:
         length = next((i for i in range(length) if conv.ids[i] != first[i]), length)
     if length < 1:
@@ -88,9 +91,9 @@ def _suffix_batch(batch: list[Encoded], prefix: int, pad_id: int) -> tuple[Any, 
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     for row, conv in enumerate(batch):
         own = conv.ids[prefix:]
-        ids[row, :len(own)] = torch.tensor(own)
+        ids[row, : len(own)] = torch.tensor(own)
         targets = [conv.ids[i + 1] if conv.in_reply[i + 1] else -100 for i in range(prefix, len(conv.ids) - 1)]
-        labels[row, :len(targets)] = torch.tensor(targets, dtype=torch.long)
+        labels[row, : len(targets)] = torch.tensor(targets, dtype=torch.long)
     return ids, labels
 
 
@@ -118,8 +121,9 @@ def _loss(model: Any, prefix_ids: Any, batch: list[Encoded], prefix: int, pad_id
     return F.cross_entropy(model.lm_head(hidden[chosen]), labels[chosen])
 
 
-def copy_accuracy(model: Any, tokenizer: Any, conversations: list[Encoded], prefix: int,
-                  batch_size: int = 32) -> dict[str, float]:
+def copy_accuracy(
+    model: Any, tokenizer: Any, conversations: list[Encoded], prefix: int, batch_size: int = 32
+) -> dict[str, float]:
     """Teacher-forced exact copies: of the digit runs inside assistant replies, the share whose every digit is the
     model's most likely next token. Also the per-token accuracy over the whole replies."""
     import torch
@@ -131,7 +135,7 @@ def copy_accuracy(model: Any, tokenizer: Any, conversations: list[Encoded], pref
     model.eval()
     with torch.no_grad():
         for start in range(0, len(conversations), batch_size):
-            batch = conversations[start:start + batch_size]
+            batch = conversations[start : start + batch_size]
             ids, labels = _suffix_batch(batch, prefix, tokenizer.pad_token_id)
             predicted = model.lm_head(_hidden_states(model, prefix_ids, ids)).argmax(-1)
             for row in range(len(batch)):
@@ -150,12 +154,20 @@ def copy_accuracy(model: Any, tokenizer: Any, conversations: list[Encoded], pref
     model.train(was_training)
     if not runs:
         raise ValueError("the held-out conversations have no digits in their assistant replies")
-    return {"digit_runs": runs, "digit_runs_exact": round(exact / runs, 4),
-            "reply_token_accuracy": round(right / tokens, 4)}
+    return {
+        "digit_runs": runs,
+        "digit_runs_exact": round(exact / runs, 4),
+        "reply_token_accuracy": round(right / tokens, 4),
+    }
 
 
-def pretrain(model_dir: Path, train: list[dict[str, Any]], held_out: list[dict[str, Any]],
-             opts: PretrainOptions, log: Any = print) -> dict[str, Any]:
+def pretrain(
+    model_dir: Path,
+    train: list[dict[str, Any]],
+    held_out: list[dict[str, Any]],
+    opts: PretrainOptions,
+    log: Any = print,
+) -> dict[str, Any]:
     """Train the model in ``model_dir`` in place (saved in float32) on ``train`` rows (``messages``, ``tools``);
     return the report (module docstring). ``held_out`` rows only measure the copy accuracy."""
     import torch
@@ -186,8 +198,9 @@ def pretrain(model_dir: Path, train: list[dict[str, Any]], held_out: list[dict[s
         started, losses = time.monotonic(), []
         before = copy_accuracy(model, tokenizer, checks, prefix)
         for step in range(1, opts.steps + 1):
-            loss = _loss(model, prefix_ids, rng.sample(data, min(opts.batch_size, len(data))), prefix,
-                         tokenizer.pad_token_id)
+            loss = _loss(
+                model, prefix_ids, rng.sample(data, min(opts.batch_size, len(data))), prefix, tokenizer.pad_token_id
+            )
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -195,12 +208,22 @@ def pretrain(model_dir: Path, train: list[dict[str, Any]], held_out: list[dict[s
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
             if step % 100 == 0 or step == opts.steps:
-                log(f"pretrain step {step}/{opts.steps}: loss {statistics.fmean(losses[-100:]):.4f} "
-                    f"({time.monotonic() - started:.0f} s)")
+                log(
+                    f"pretrain step {step}/{opts.steps}: loss {statistics.fmean(losses[-100:]):.4f} "
+                    f"({time.monotonic() - started:.0f} s)"
+                )
         seconds = time.monotonic() - started
         after = copy_accuracy(model, tokenizer, checks, prefix)
     model.save_pretrained(model_dir)
-    return {"options": opts.inputs(), "conversations": len(data), "held_out": len(checks),
-            "shared_prefix_tokens": prefix, "mean_tokens": round(sum(len(c.ids) for c in data) / len(data), 1),
-            "train_seconds": round(seconds, 1), "first_loss": round(losses[0], 4),
-            "last_loss": round(statistics.fmean(losses[-50:]), 4), "copy_before": before, "copy_after": after}
+    return {
+        "options": opts.inputs(),
+        "conversations": len(data),
+        "held_out": len(checks),
+        "shared_prefix_tokens": prefix,
+        "mean_tokens": round(sum(len(c.ids) for c in data) / len(data), 1),
+        "train_seconds": round(seconds, 1),
+        "first_loss": round(losses[0], 4),
+        "last_loss": round(statistics.fmean(losses[-50:]), 4),
+        "copy_before": before,
+        "copy_after": after,
+    }

@@ -25,8 +25,14 @@ from retool.constants import REPO_ROOT
 
 SHIPPED_DIR = REPO_ROOT / "assets" / "smoke_model"
 RECORD = "asset.json"
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-         "chat_template.jinja")
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 
 def sha256(path: Path) -> str:
@@ -46,8 +52,10 @@ def read_record(shipped: Path = SHIPPED_DIR) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
     except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}): restore it with git or refresh the asset "
-                         "(retool/smoke/shipped_model.py says how)") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({exc}): restore it with git or refresh the asset "
+            "(retool/smoke/shipped_model.py says how)"
+        ) from None
 
 
 def find(wanted_key: dict[str, Any], tokenizer_dir: Path, shipped: Path = SHIPPED_DIR) -> dict[str, Any] | None:
@@ -60,8 +68,10 @@ def find(wanted_key: dict[str, Any], tokenizer_dir: Path, shipped: Path = SHIPPE
         return None
     for name in FILES:
         if sha256(shipped / name) != record["sha256"][name]:
-            raise ValueError(f"{shipped / name} does not match the SHA-256 in {shipped / RECORD}: restore it with "
-                             "git, or refresh the asset (retool/smoke/shipped_model.py says how)")
+            raise ValueError(
+                f"{shipped / name} does not match the SHA-256 in {shipped / RECORD}: restore it with "
+                "git, or refresh the asset (retool/smoke/shipped_model.py says how)"
+            )
     return record
 
 
@@ -78,16 +88,21 @@ def install_if_fits(wanted_key: dict[str, Any], model_dir: Path, shipped: Path =
     return summary
 
 
-def save(model_dir: Path, wanted_key: dict[str, Any], summary: dict[str, Any], command: str,
-         shipped: Path = SHIPPED_DIR) -> Path:
+def save(
+    model_dir: Path, wanted_key: dict[str, Any], summary: dict[str, Any], command: str, shipped: Path = SHIPPED_DIR
+) -> Path:
     """Copy a freshly pre-trained model into the repository with the record ``find`` checks."""
     if not (summary.get("pretrain") and not summary.get("shipped")):
         raise ValueError("only a model pre-trained by this build can be shipped: add --no-shipped-model --force")
     shipped.mkdir(parents=True, exist_ok=True)
     for name in FILES:
         shutil.copyfile(model_dir / name, shipped / name)
-    record = {"key": wanted_key, "sha256": {name: sha256(shipped / name) for name in FILES},
-              "summary": {k: v for k, v in summary.items() if k not in ("path", "files")},
-              "made_by": f"python -m retool.smoke.build {command}", "made_on": datetime.date.today().isoformat()}
+    record = {
+        "key": wanted_key,
+        "sha256": {name: sha256(shipped / name) for name in FILES},
+        "summary": {k: v for k, v in summary.items() if k not in ("path", "files")},
+        "made_by": f"python -m retool.smoke.build {command}",
+        "made_on": datetime.date.today().isoformat(),
+    }
     (shipped / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return shipped

@@ -101,8 +101,13 @@ def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, 
     for path in dirs:
         for tag, points in read_event_dir(path).items():
             series.setdefault(tag, {}).update(points)
-    step0 = [wall for tag, points in series.items() if tag.startswith("val-core/") for step, (wall, _) in
-             points.items() if step == 0]
+    step0 = [
+        wall
+        for tag, points in series.items()
+        if tag.startswith("val-core/")
+        for step, (wall, _) in points.items()
+        if step == 0
+    ]
     if not step0 or "timing_s/step" not in series:
         return None
 
@@ -111,12 +116,21 @@ def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, 
 
     start, end = stages["rl"]
     testing = series.get("timing_s/testing", {})
-    times = {"startup_s": created - start, "validation_before_s": max(step0) - created,
-             "training_steps_s": total("timing_s/step"), "generation_s": total("timing_s/gen"),
-             "actor_update_s": total("timing_s/update_actor"),
-             "validation_after_s": testing[max(testing)][1] if testing else 0.0}
-    times["rest_s"] = (end - start) - times["startup_s"] - times["validation_before_s"] - times["training_steps_s"] \
+    times = {
+        "startup_s": created - start,
+        "validation_before_s": max(step0) - created,
+        "training_steps_s": total("timing_s/step"),
+        "generation_s": total("timing_s/gen"),
+        "actor_update_s": total("timing_s/update_actor"),
+        "validation_after_s": testing[max(testing)][1] if testing else 0.0,
+    }
+    times["rest_s"] = (
+        (end - start)
+        - times["startup_s"]
+        - times["validation_before_s"]
+        - times["training_steps_s"]
         - times["validation_after_s"]
+    )
     return {key: round(value, 1) for key, value in times.items()}
 
 
@@ -139,8 +153,13 @@ def _memory_samples(run_dir: Path) -> list[tuple[float, int]]:
 def _first_last(points: list[tuple[int, float]]) -> dict[str, float] | None:
     if not points:
         return None
-    return {"first": points[0][1], "last": points[-1][1], "steps": len(points),
-            "min": min(v for _, v in points), "max": max(v for _, v in points)}
+    return {
+        "first": points[0][1],
+        "last": points[-1][1],
+        "steps": len(points),
+        "min": min(v for _, v in points),
+        "max": max(v for _, v in points),
+    }
 
 
 def _resolved_configs(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -178,8 +197,14 @@ def _learning(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
     from retool.learning import LearningDataError, report
 
     val_files = dig(rl, "data.val_files") or []
-    synthetic = next((Path(f) for f in ([val_files] if isinstance(val_files, str) else val_files)
-                      if Path(f).name == "rl_val_synthetic.parquet"), None)
+    synthetic = next(
+        (
+            Path(f)
+            for f in ([val_files] if isinstance(val_files, str) else val_files)
+            if Path(f).name == "rl_val_synthetic.parquet"
+        ),
+        None,
+    )
     try:
         return report(run_dir / "validation", run_dir / "rollouts", synthetic)
     except LearningDataError as exc:
@@ -246,45 +271,69 @@ def _fmt(value: Any) -> str:
 
 
 def render_markdown(s: dict[str, Any]) -> str:
-    lines = [f"# Smoke run summary: {s['run_dir']}", "", "| stage | wall time (s) | peak host memory in use (GB) |",
-             "|---|---|---|"]
+    lines = [
+        f"# Smoke run summary: {s['run_dir']}",
+        "",
+        "| stage | wall time (s) | peak host memory in use (GB) |",
+        "|---|---|---|",
+    ]
     for name, row in s["stages"].items():
         lines.append(f"| {name} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
     compute = s.get("compute") or {}
-    lines += [f"| total | {s['total_wall_s']} | {_fmt(s['peak_host_mem_gb'])} |", "",
-              f"Host: {compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores, flags "
-              f"{', '.join(compute.get('flags', [])) or 'unknown'}. Compute dtype `{compute.get('dtype')}` "
-              f"({compute.get('dtype_reason')}); ran SFT `{compute.get('sft_dtype')}`, RL actor "
-              f"`{compute.get('rl_dtype')}`, vLLM `{compute.get('rollout_dtype')}`.", "",
-              "| signal | first | last | min | max | points |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| total | {s['total_wall_s']} | {_fmt(s['peak_host_mem_gb'])} |",
+        "",
+        f"Host: {compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores, flags "
+        f"{', '.join(compute.get('flags', [])) or 'unknown'}. Compute dtype `{compute.get('dtype')}` "
+        f"({compute.get('dtype_reason')}); ran SFT `{compute.get('sft_dtype')}`, RL actor "
+        f"`{compute.get('rl_dtype')}`, vLLM `{compute.get('rollout_dtype')}`.",
+        "",
+        "| signal | first | last | min | max | points |",
+        "|---|---|---|---|---|---|",
+    ]
     rows = {"SFT train/loss": s["sft"]["loss"]}
     rows.update({f"RL {RL_TAGS[k]}": v for k, v in s["rl"].items()})
     for label, stats in rows.items():
         if stats is None:
             lines.append(f"| {label} | missing | | | | |")
         else:
-            lines.append(f"| {label} | {_fmt(stats['first'])} | {_fmt(stats['last'])} | {_fmt(stats['min'])} | "
-                         f"{_fmt(stats['max'])} | {stats['steps']} |")
+            lines.append(
+                f"| {label} | {_fmt(stats['first'])} | {_fmt(stats['last'])} | {_fmt(stats['min'])} | "
+                f"{_fmt(stats['max'])} | {stats['steps']} |"
+            )
     learning = s.get("learning") or {}
-    lines += ["", f"**Verdict: {accuracy_verdict(learning)}**", "",
-              "Learning signal, held-out synthetic problems, first vs last validation (paired by prompt; "
-              "`rose`/`fell` only when the 95% interval excludes 0):", ""]
-    lines += [f"- {sentence}" for sentence in learning.get("sentences", [])] or \
-        [f"- not available: {learning.get('error', 'no validation dumps')}"]
+    lines += [
+        "",
+        f"**Verdict: {accuracy_verdict(learning)}**",
+        "",
+        "Learning signal, held-out synthetic problems, first vs last validation (paired by prompt; "
+        "`rose`/`fell` only when the 95% interval excludes 0):",
+        "",
+    ]
+    lines += [f"- {sentence}" for sentence in learning.get("sentences", [])] or [
+        f"- not available: {learning.get('error', 'no validation dumps')}"
+    ]
     lines += ["", "Validation (step: value):", ""]
     for tag, points in s["validation"].items():
         if _headline_validation_tag(tag):
             lines.append(f"- `{tag}`: " + ", ".join(f"{step}: {value:.3g}" for step, value in points))
-    lines += ["", rl_time_sentence(s.get("rl_time")) + ".", "",
-              off_policy_sentence(s.get("trainer_mode", "sync"), s.get("off_policy")) + ".", "",
-              totals_sentence(s.get("failures") or {}) + "."]
+    lines += [
+        "",
+        rl_time_sentence(s.get("rl_time")) + ".",
+        "",
+        off_policy_sentence(s.get("trainer_mode", "sync"), s.get("off_policy")) + ".",
+        "",
+        totals_sentence(s.get("failures") or {}) + ".",
+    ]
     pretraining = s.get("pretraining")
     if pretraining:
         lines += ["", f"Model: {pretraining_sentence(pretraining)}"]
     health = s.get("sandbox") or {}
     if health:
-        lines += ["", f"Sandbox: isolation `{health.get('isolation')}`, "
-                      f"counters `{json.dumps(health.get('counters'))}`"]
+        lines += [
+            "",
+            f"Sandbox: isolation `{health.get('isolation')}`, counters `{json.dumps(health.get('counters'))}`",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -302,17 +351,21 @@ def accuracy_verdict(learning: dict[str, Any]) -> str:
     acc = (learning.get("changes") or {}).get("acc")
     if not acc:
         return f"held-out accuracy not measured ({learning.get('error', 'no acc in the validation dumps')})"
-    return (f"held-out accuracy {acc['verdict']}: {acc['before']:.3f} -> {acc['after']:.3f} "
-            f"({acc['delta']:+.3f}, 95% CI [{acc['low']:+.3f}, {acc['high']:+.3f}], {acc['prompts']} prompts)")
+    return (
+        f"held-out accuracy {acc['verdict']}: {acc['before']:.3f} -> {acc['after']:.3f} "
+        f"({acc['delta']:+.3f}, 95% CI [{acc['low']:+.3f}, {acc['high']:+.3f}], {acc['prompts']} prompts)"
+    )
 
 
 def rl_time_sentence(times: dict[str, float] | None) -> str:
     if not times:
         return "RL stage time: not broken down (no TensorBoard events)"
-    return (f"RL stage time: start-up (Ray, workers, vLLM) {times['startup_s']:.0f} s, validation before training "
-            f"{times['validation_before_s']:.0f} s, training steps {times['training_steps_s']:.0f} s (generation "
-            f"{times['generation_s']:.0f} s, actor update {times['actor_update_s']:.0f} s), validation after "
-            f"{times['validation_after_s']:.0f} s, shutdown and the rest {times['rest_s']:.0f} s")
+    return (
+        f"RL stage time: start-up (Ray, workers, vLLM) {times['startup_s']:.0f} s, validation before training "
+        f"{times['validation_before_s']:.0f} s, training steps {times['training_steps_s']:.0f} s (generation "
+        f"{times['generation_s']:.0f} s, actor update {times['actor_update_s']:.0f} s), validation after "
+        f"{times['validation_after_s']:.0f} s, shutdown and the rest {times['rest_s']:.0f} s"
+    )
 
 
 def pretraining_sentence(pretraining: dict[str, Any]) -> str:
@@ -321,11 +374,13 @@ def pretraining_sentence(pretraining: dict[str, Any]) -> str:
     opts, copy = pretraining["options"], pretraining["copy_after"]
     host = pretraining.get("host") or {}
     where = "shipped in assets/smoke_model" if pretraining.get("shipped") else "cached with the assets"
-    return (f"pre-trained once ({opts['steps']} steps x {opts['batch_size']} tool-using conversations, "
-            f"{pretraining['train_seconds']:.0f} s in float32 on {host.get('cpu_model', 'an unrecorded host')} with "
-            f"{host.get('cores', '?')} cores, {where}); held-out digit runs copied exactly "
-            f"{copy['digit_runs_exact']:.2f} (before pre-training "
-            f"{pretraining['copy_before']['digit_runs_exact']:.2f})")
+    return (
+        f"pre-trained once ({opts['steps']} steps x {opts['batch_size']} tool-using conversations, "
+        f"{pretraining['train_seconds']:.0f} s in float32 on {host.get('cpu_model', 'an unrecorded host')} with "
+        f"{host.get('cores', '?')} cores, {where}); held-out digit runs copied exactly "
+        f"{copy['digit_runs_exact']:.2f} (before pre-training "
+        f"{pretraining['copy_before']['digit_runs_exact']:.2f})"
+    )
 
 
 def render_performance(s: dict[str, Any], label: str) -> str:
@@ -336,20 +391,28 @@ def render_performance(s: dict[str, Any], label: str) -> str:
     emulated = f" with {', '.join(f'{k}={v}' for k, v in limits.items())}" if limits else ""
     sft_steps = (s["sft"]["loss"] or {}).get("steps")
     sft_wall = (s["stages"].get("sft") or {}).get("wall_s")
-    lines = [f"### CPU smoke run: {label}", "",
-             f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` at commit "
-             f"{s.get('commit') or '(not recorded)'} on "
-             f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; "
-             f"CPU flags that decide the dtype: {', '.join(compute.get('flags', [])) or 'none of them'}. "
-             f"Compute dtype `{compute.get('dtype')}` ({compute.get('dtype_reason')}).", "",
-             "| stage | wall time (s) | peak host memory in use (GB) |", "|---|---|---|"]
+    lines = [
+        f"### CPU smoke run: {label}",
+        "",
+        f"Measured {s.get('date') or 'on an unrecorded date'} by `./run_smoke_cpu.sh` at commit "
+        f"{s.get('commit') or '(not recorded)'} on "
+        f"{compute.get('cpu_model', 'unknown CPU')}, {compute.get('cores', '?')} cores{emulated}; "
+        f"CPU flags that decide the dtype: {', '.join(compute.get('flags', [])) or 'none of them'}. "
+        f"Compute dtype `{compute.get('dtype')}` ({compute.get('dtype_reason')}).",
+        "",
+        "| stage | wall time (s) | peak host memory in use (GB) |",
+        "|---|---|---|",
+    ]
     for name, row in s["stages"].items():
         extra = f" ({sft_steps} steps, {sft_wall / sft_steps:.2f} s/step)" if name == "sft" and sft_steps else ""
         extra = f" ({s['rl_steps']} steps + 2 validations)" if name == "rl" else extra
         lines.append(f"| {name}{extra} | {row['wall_s']} | {_fmt(row['peak_host_mem_gb'])} |")
-    lines += [f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |", "",
-              f"Its RL stage's {accuracy_verdict(s.get('learning') or {})}. {rl_time_sentence(s.get('rl_time'))}.",
-              ""]
+    lines += [
+        f"| total | {s['total_wall_s']} ({s['total_wall_s'] / 60:.1f} min) | {_fmt(s['peak_host_mem_gb'])} |",
+        "",
+        f"Its RL stage's {accuracy_verdict(s.get('learning') or {})}. {rl_time_sentence(s.get('rl_time'))}.",
+        "",
+    ]
     if s.get("pretraining"):
         lines += [f"Model: {pretraining_sentence(s['pretraining'])}.", ""]
     return "\n".join(lines)
@@ -358,11 +421,18 @@ def render_performance(s: dict[str, Any], label: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Summarise a smoke run folder (writes summary.json, summary.md)")
     parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--performance", type=Path, default=None,
-                        help="also write this run's timings as a section of this file (docs/performance.md)")
+    parser.add_argument(
+        "--performance",
+        type=Path,
+        default=None,
+        help="also write this run's timings as a section of this file (docs/performance.md)",
+    )
     parser.add_argument("--label", default=None, help="the section's name, e.g. 'AVX2-only host' (with --performance)")
-    parser.add_argument("--brief", action="store_true",
-                        help="print only the verdicts and where summary.md is (the smoke's console stays short)")
+    parser.add_argument(
+        "--brief",
+        action="store_true",
+        help="print only the verdicts and where summary.md is (the smoke's console stays short)",
+    )
     args = parser.parse_args(argv)
     if args.performance is not None and not args.label:
         parser.error("--performance needs --label")

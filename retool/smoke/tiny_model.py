@@ -52,8 +52,10 @@ def build_tiny_model(
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     endoftext_id, im_end_id = (tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))
     if tokenizer.eos_token != "<|im_end|>" or endoftext_id is None or im_end_id != endoftext_id + 2:
-        raise ValueError(f"tokenizer in {tokenizer_dir} lacks Qwen's <|endoftext|>, <|im_end|> layout: build it with "
-                         "retool.smoke.tokenizer")
+        raise ValueError(
+            f"tokenizer in {tokenizer_dir} lacks Qwen's <|endoftext|>, <|im_end|> layout: build it with "
+            "retool.smoke.tokenizer"
+        )
     vocab_size = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
     config = Qwen3Config(

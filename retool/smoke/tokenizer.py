@@ -229,12 +229,11 @@ def _merge_path(word: str, ranks: dict[str, int]) -> set[str]:
     parts = list(word)
     formed = set(parts)
     while len(parts) > 1:
-        candidates = [(ranks[pair], i) for i in range(len(parts) - 1)
-                      if (pair := parts[i] + parts[i + 1]) in ranks]
+        candidates = [(ranks[pair], i) for i in range(len(parts) - 1) if (pair := parts[i] + parts[i + 1]) in ranks]
         if not candidates:
             break
         _, i = min(candidates)
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
         formed.add(parts[i])
     return formed
 

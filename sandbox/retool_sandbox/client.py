@@ -77,9 +77,16 @@ def base_url(url: str) -> str:
     return full[: -len(RUN_CODE_PATH)] if full.endswith(RUN_CODE_PATH) else full.rstrip("/")
 
 
-def run_code_request(code: str, *, run_timeout: float, memory_limit_mb: int = -1, session_id: str | None = None,
-                     stdin: str | None = None, files: dict[str, str] | None = None,
-                     fetch_files: list[str] | None = None) -> dict[str, Any]:
+def run_code_request(
+    code: str,
+    *,
+    run_timeout: float,
+    memory_limit_mb: int = -1,
+    session_id: str | None = None,
+    stdin: str | None = None,
+    files: dict[str, str] | None = None,
+    fetch_files: list[str] | None = None,
+) -> dict[str, Any]:
     """The JSON body of one ``/run_code`` call: SandboxFusion's fields as verl sends them (``files`` maps a path to
     base64 content; ``fetch_files`` are read back after the run)."""
     seconds = int(run_timeout) if float(run_timeout).is_integer() else float(run_timeout)  # JSON ints, as verl
@@ -197,8 +204,15 @@ class _Retries:
         return f" after {self.count} retries" if self.count else ""
 
     def reply(self, status: str, body: dict[str, Any] | None = None, problem: str = "") -> Reply:
-        return Reply(status, body, problem, self.count, busy_answers=self.busy_answers,
-                     limit_wait_s=self.limit_wait, last_attempt_s=self.last_attempt)
+        return Reply(
+            status,
+            body,
+            problem,
+            self.count,
+            busy_answers=self.busy_answers,
+            limit_wait_s=self.limit_wait,
+            last_attempt_s=self.last_attempt,
+        )
 
 
 class SandboxClient:
@@ -220,8 +234,9 @@ class SandboxClient:
         once the call has spent the policy's call deadline on the sandbox (waits for this client's own
         ``max_concurrency`` do not count: they end as the calls ahead end, each within its own deadline)."""
         p = self.policy
-        payload = run_code_request(code, run_timeout=p.run_timeout, memory_limit_mb=p.memory_limit_mb,
-                                   session_id=session_id)
+        payload = run_code_request(
+            code, run_timeout=p.run_timeout, memory_limit_mb=p.memory_limit_mb, session_id=session_id
+        )
         retries = _Retries(p)
         deadline, budget = p.attempt_deadline(), p.call_deadline()
         spent = 0.0  # seconds in attempts and in the waits between them
@@ -235,12 +250,16 @@ class SandboxClient:
                     allowed = min(deadline, budget - spent)
                     given_up = ""  # why this attempt ends the call without a reply
                     try:
-                        async with http_session.post(self.url, json=payload,
-                                                     timeout=aiohttp.ClientTimeout(total=allowed)) as resp:
+                        async with http_session.post(
+                            self.url, json=payload, timeout=aiohttp.ClientTimeout(total=allowed)
+                        ) as resp:
                             status, raw, failure = resp.status, await resp.text(errors="replace"), ""
                     except asyncio.TimeoutError:
-                        given_up = (f"no reply within {deadline:g} s" if allowed == deadline
-                                    else f"{out_of_time}{retries.after()}")
+                        given_up = (
+                            f"no reply within {deadline:g} s"
+                            if allowed == deadline
+                            else f"{out_of_time}{retries.after()}"
+                        )
                     except aiohttp.ClientConnectionError as exc:  # refused, reset, server gone mid-reply
                         status, raw, failure = None, "", f"{type(exc).__name__}: {exc}"
                     except aiohttp.ClientError as exc:
@@ -323,12 +342,15 @@ class SandboxClient:
         try:
             answer = self._get_json("/v1/ping", timeout)
         except (OSError, ValueError, http.client.HTTPException) as exc:
-            raise SandboxUnreachable(f"{self.base} does not answer GET /v1/ping ({exc}); start it with "
-                                     f"`retool-sandbox serve --host {urlsplit(self.base).hostname} --port "
-                                     f"{urlsplit(self.base).port or 80}` or fix the URL") from exc
+            raise SandboxUnreachable(
+                f"{self.base} does not answer GET /v1/ping ({exc}); start it with "
+                f"`retool-sandbox serve --host {urlsplit(self.base).hostname} --port "
+                f"{urlsplit(self.base).port or 80}` or fix the URL"
+            ) from exc
         if answer != "pong":
-            raise SandboxUnreachable(f"{self.base}/v1/ping answered {str(answer)[:100]!r}, not \"pong\": is this a "
-                                     "sandbox?")
+            raise SandboxUnreachable(
+                f'{self.base}/v1/ping answered {str(answer)[:100]!r}, not "pong": is this a sandbox?'
+            )
 
     def wait_ready(self, timeout: float = 600.0, ping_timeout: float = 5.0) -> dict[str, Any] | None:
         """``ping``, then wait while ``/health`` says ``state`` "warming" (a retool-sandbox whose slots' interpreters
@@ -342,9 +364,11 @@ class SandboxClient:
             if health is None or health.get("state") != "warming":
                 return health
             if time.monotonic() >= deadline:
-                raise SandboxUnreachable(f"{self.base} is still warming up after {timeout:g} s (/health state "
-                                         "warming: its slots' interpreters are starting); wait, or give it fewer "
-                                         "--slots than this host's cores can start")
+                raise SandboxUnreachable(
+                    f"{self.base} is still warming up after {timeout:g} s (/health state "
+                    "warming: its slots' interpreters are starting); wait, or give it fewer "
+                    "--slots than this host's cores can start"
+                )
             time.sleep(0.5)
 
     def health(self, timeout: float = 5.0) -> dict[str, Any] | None:
@@ -377,15 +401,20 @@ class SandboxClient:
         ran = self._cells.get(session_id, 0)
         if not isinstance(report, dict) or not isinstance(report.get("cell"), int):
             self._cells[session_id] = ran + 1
-            return ("this sandbox keeps no sessions (no `session` in its reply): every call starts a fresh "
-                    "interpreter" if ran else "")
+            return (
+                "this sandbox keeps no sessions (no `session` in its reply): every call starts a fresh interpreter"
+                if ran
+                else ""
+            )
         cell = report["cell"]
         self._cells[session_id] = cell
         if report.get("lost"):
             return str(report["lost"])
         if cell <= ran:
-            return (f"the sandbox no longer had this session ({ran} earlier call(s) ran in it; it was restarted or "
-                    "dropped the session): this code ran in a fresh interpreter")
+            return (
+                f"the sandbox no longer had this session ({ran} earlier call(s) ran in it; it was restarted or "
+                "dropped the session): this code ran in a fresh interpreter"
+            )
         return ""
 
     @staticmethod

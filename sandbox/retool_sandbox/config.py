@@ -20,10 +20,20 @@ from retool_sandbox.isolation import Limits
 # session and stateless program pays that import itself, in time and private memory (docs/sandbox.md, "Preimported
 # packages").
 DEFAULT_PREIMPORT = (
-    "numpy", "numpy.random",
-    "scipy", "scipy.optimize", "scipy.integrate", "scipy.special",
-    "sympy", "sympy.assumptions.wrapper", "sympy.sets.setexpr", "sympy.combinatorics", "sympy.physics.units",
-    "sympy.integrals.manualintegrate", "sympy.integrals.risch", "sympy.integrals.heurisch",
+    "numpy",
+    "numpy.random",
+    "scipy",
+    "scipy.optimize",
+    "scipy.integrate",
+    "scipy.special",
+    "sympy",
+    "sympy.assumptions.wrapper",
+    "sympy.sets.setexpr",
+    "sympy.combinatorics",
+    "sympy.physics.units",
+    "sympy.integrals.manualintegrate",
+    "sympy.integrals.risch",
+    "sympy.integrals.heurisch",
     "mpmath",
 )
 
@@ -115,14 +125,18 @@ class ServerConfig:
             (self.max_memory_mb >= 0, "max_memory_mb must be >= 0 (0 = no limit)"),
             (self.max_processes >= 4, "max_processes must be >= 4"),
             (self.max_file_size_mb >= 1, "max_file_size_mb must be >= 1"),
-            (self.uid_base is None or 1000 <= self.uid_base <= 2**31 - 1 - self.uid_count,
-             "uid_base must be >= 1000 (an unprivileged uid range) and leave room below 2^31 for 2 x slots + "
-             "max_sessions uids"),
+            (
+                self.uid_base is None or 1000 <= self.uid_base <= 2**31 - 1 - self.uid_count,
+                "uid_base must be >= 1000 (an unprivileged uid range) and leave room below 2^31 for 2 x slots + "
+                "max_sessions uids",
+            ),
             (self.isolation in ("auto", "bwrap", "rlimit", "none"), "isolation must be auto, bwrap, rlimit or none"),
             (0 <= self.max_sessions <= MAX_SESSIONS, f"max_sessions must be in 0..{MAX_SESSIONS}"),
             (self.session_idle_timeout > 0, "session_idle_timeout must be > 0"),
-            (self.session_memory_floor_mb is None or self.session_memory_floor_mb >= 0,
-             "session_memory_floor_mb must be >= 0 (0 = never evict sessions for memory)"),
+            (
+                self.session_memory_floor_mb is None or self.session_memory_floor_mb >= 0,
+                "session_memory_floor_mb must be >= 0 (0 = never evict sessions for memory)",
+            ),
         ]
         try:
             preimport_spec(self.preimport)

@@ -56,6 +56,8 @@ _INTERRUPT_GRACE_S = 2.0
 _DRAIN_GRACE_S = 1.0
 # A session's processes get this many times one run's CPU-seconds backstop over the session's whole life.
 SESSION_CPU_RUNS = 10
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One validated request: relative file paths only, limits already clamped by the server."""
@@ -107,7 +109,6 @@ def validate_paths(files: dict[str, bytes], fetch_files: list[str]) -> tuple[dic
     return clean, tuple(_safe_relpath(p, "fetch_files") for p in fetch_files)
 
 
-
 class Executor:
     """Runs programs for one isolation tier; ``run`` must be called with a slot that no other run holds.
 
@@ -115,8 +116,15 @@ class Executor:
     time. ``fresh=True`` forces a new sandbox per run even where fork mode is possible.
     """
 
-    def __init__(self, isolation: Isolation, ceiling: Limits, work_root: str | None = None,
-                 max_output_bytes: int = 1 << 20, fresh: bool = False, preimport: str = "") -> None:
+    def __init__(
+        self,
+        isolation: Isolation,
+        ceiling: Limits,
+        work_root: str | None = None,
+        max_output_bytes: int = 1 << 20,
+        fresh: bool = False,
+        preimport: str = "",
+    ) -> None:
         self.isolation = isolation
         self.ceiling = ceiling
         self.max_output_bytes = max_output_bytes
@@ -161,8 +169,10 @@ class Executor:
         while pending:
             done, pending = await asyncio.wait(pending, timeout=stall_s, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                return (f"{len(pending)} sandboxes had not started after {stall_s:g} s without progress; they are "
-                        "waited for (or replaced) when a request needs them")
+                return (
+                    f"{len(pending)} sandboxes had not started after {stall_s:g} s without progress; they are "
+                    "waited for (or replaced) when a request needs them"
+                )
         started = [s for s in self._servers.values() if s.ready.result()]
         if started and not self.preimported:
             self.preimported = started[0].imported
@@ -191,8 +201,7 @@ class Executor:
         spare = self._spares.pop(slot, None)
         if spare is None or spare.exited.done():
             if spare is not None:  # died while idle (killed from outside?): start afresh
-                log.warning("spare sandbox %d of slot %d died while idle (exit %s)", spare.box, slot,
-                            spare.exit_code())
+                log.warning("spare sandbox %d of slot %d died while idle (exit %s)", spare.box, slot, spare.exit_code())
                 await spare.close()
             spare = self._spawn(slot)
         # The next spare starts under the slot's other uid while this program runs.
@@ -248,8 +257,10 @@ class Executor:
         ceiling = self.ceiling
         memory = memory_mb * _MB if memory_mb else 0
         nproc = ceiling.max_processes if self.isolation.limits_processes else 0
-        return (f"{memory} {ceiling.cpu_seconds * SESSION_CPU_RUNS} {nproc} {ceiling.max_file_size_mb * _MB} "
-                f"{ceiling.max_open_files}")
+        return (
+            f"{memory} {ceiling.cpu_seconds * SESSION_CPU_RUNS} {nproc} {ceiling.max_file_size_mb * _MB} "
+            f"{ceiling.max_open_files}"
+        )
 
     @property
     def forks_sessions(self) -> bool:
@@ -264,8 +275,11 @@ class Executor:
         if zygote is not None and zygote.start_failure and not zygote.started:
             # This host refuses what a forked session needs (a namespace, a mount): start sessions afresh from now.
             self.session_fork_failure = zygote.start_failure
-            log.error("sessions cannot be forked from the session zygote here (%s); every session now starts a "
-                      "sandbox and interpreter of its own", zygote.start_failure)
+            log.error(
+                "sessions cannot be forked from the session zygote here (%s); every session now starts a "
+                "sandbox and interpreter of its own",
+                zygote.start_failure,
+            )
             zygote.healthy = False
         if zygote is not None and not zygote.healthy:
             self.sandboxes_retired += 1
@@ -283,8 +297,14 @@ class Executor:
 
     def start_session(self, box: int, memory_mb: int | None, on_exit=None) -> SessionSandbox:
         """Start a session's sandbox as sandbox number ``box`` (await its ``wait_ready``)."""
-        return SessionSandbox(self.isolation, box, self._run_dir(box), self.session_limits(memory_mb), on_exit,
-                              zygote=self._session_zygote())
+        return SessionSandbox(
+            self.isolation,
+            box,
+            self._run_dir(box),
+            self.session_limits(memory_mb),
+            on_exit,
+            zygote=self._session_zygote(),
+        )
 
     async def run_cell(self, session: SessionSandbox, spec: RunSpec) -> RunOutcome:
         """Run one cell in a started session; the session is stopped again afterwards (if it still lives)."""
@@ -317,8 +337,10 @@ class Executor:
         cpu = min(cpu_seconds_for(spec.timeout_s), ceiling.cpu_seconds)
         nproc = ceiling.max_processes if self.isolation.limits_processes else 0
         sent = time.monotonic()
-        run.start(f"{memory} {cpu} {nproc} {ceiling.max_file_size_mb * _MB} {ceiling.max_open_files}",
-                  os.path.join(run.inner, PROGRAM_NAME))
+        run.start(
+            f"{memory} {cpu} {nproc} {ceiling.max_file_size_mb * _MB} {ceiling.max_open_files}",
+            os.path.join(run.inner, PROGRAM_NAME),
+        )
         stdin = await _feed_stdin(loop, run.stdin_w, run.stdin_payload(spec.code, spec.files, spec.stdin or b""))
         run.stdin_w = -1
         try:
@@ -327,8 +349,14 @@ class Executor:
                 rc = run.exit_code()
                 run.after_exit()
                 reason = run.error or f"exit {rc}: {run.err.text('stderr')[-500:]}"
-                return RunOutcome("Error", None, None, run.out.text("stdout"), run.err.text("stderr"),
-                                  error=f"the sandbox failed to start the program ({reason})")
+                return RunOutcome(
+                    "Error",
+                    None,
+                    None,
+                    run.out.text("stdout"),
+                    run.err.text("stderr"),
+                    error=f"the sandbox failed to start the program ({reason})",
+                )
             timed_out = False
             try:
                 remaining = spec.timeout_s - (time.monotonic() - started)
@@ -349,8 +377,14 @@ class Executor:
             if stdin.get_write_buffer_size():  # the program never read all of its stdin
                 stdin.abort()
         if rc is None:
-            return RunOutcome("Error", None, None, run.out.text("stdout"), run.err.text("stderr"),
-                              error=run.error or "the program's exit status was lost")
+            return RunOutcome(
+                "Error",
+                None,
+                None,
+                run.out.text("stdout"),
+                run.err.text("stderr"),
+                error=run.error or "the program's exit status was lost",
+            )
         # RLIMIT_CPU ends a run with SIGXCPU: that is a time limit too.
         timed_out = timed_out or rc == -signal.SIGXCPU
         files = {}

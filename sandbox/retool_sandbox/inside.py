@@ -218,7 +218,9 @@ def _retool_sweep_here(uid, rm, chmod, ipcrm):
     return clean
 """
 
-BOOTSTRAP = COMMON + """\
+BOOTSTRAP = (
+    COMMON
+    + """\
 def _retool_wait():
     ctl, started = int(sys.argv[1]), int(sys.argv[2])
     header = b""
@@ -232,6 +234,7 @@ def _retool_wait():
     return _retool_enter(" ".join(limits), path, started)
 _retool_finish(*_retool_wait())
 """
+)
 
 FORKING = """\
 def _retool_close_except(*keep):
@@ -280,7 +283,11 @@ def _retool_reseed():
             pass
 """
 
-FORKSERVER = COMMON + _SWEEP + FORKING + """\
+FORKSERVER = (
+    COMMON
+    + _SWEEP
+    + FORKING
+    + """\
 import socket
 def _retool_sweeper(rm, chmod, ipcrm):
     requests_r, requests_w = os.pipe()
@@ -400,6 +407,7 @@ def _retool_child():
         os._exit(70)
 _retool_finish(*_retool_child())
 """
+)
 
 SWEEP = "import os, sys\n" + _SWEEP + "os._exit(0 if _retool_sweep_here(os.getuid(), *sys.argv[1:4]) else 1)\n"
 

@@ -131,7 +131,10 @@ def _retool_session(ctl_fd, limits, workdir, sweep):
         send(b"E %d %r" % (status, monotonic()))
 """
 
-SESSION = COMMON + SESSION_LOOP + """\
+SESSION = (
+    COMMON
+    + SESSION_LOOP
+    + """\
 try:
     _retool_session(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1")
 except BaseException:
@@ -139,5 +142,6 @@ except BaseException:
     traceback.print_exc()
     os._exit(70)
 """
+)
 
 SESSION_ARG = source_arg(SESSION)

@@ -37,7 +37,11 @@ from __future__ import annotations
 from retool_sandbox.inside import COMMON, FORKING, source_arg
 from retool_sandbox.inside_session import SESSION_LOOP
 
-ZYGOTE = COMMON + FORKING + SESSION_LOOP + """\
+ZYGOTE = (
+    COMMON
+    + FORKING
+    + SESSION_LOOP
+    + """\
 import ctypes, fcntl, selectors, struct
 _retool_libc = ctypes.CDLL(None, use_errno=True)
 _retool_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
@@ -240,5 +244,6 @@ except BaseException:
     traceback.print_exc()
     os._exit(70)
 """
+)
 
 ZYGOTE_ARG = source_arg(ZYGOTE)

@@ -70,9 +70,7 @@ class Interpreter:
             " 'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]}))"
         )
         try:
-            out = subprocess.run(
-                [python, "-c", code], capture_output=True, text=True, timeout=60
-            )
+            out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise IsolationUnavailable(f"cannot run interpreter {python!r}: {exc}; pass --python PATH") from exc
         if out.returncode != 0:
@@ -261,9 +259,18 @@ class RlimitIsolation(Isolation):
     def sweep_leftovers(self, box: int) -> bool:
         # The uid shares the host's /tmp, /dev/shm, /dev/mqueue and IPC namespace: sweep them as that uid.
         done = subprocess.run(
-            [self.interpreter.executable, "-I", "-S", "-c", SWEEP_ARG, *sweep_tools()], user=self.uid(box),
-            group=self.uid(box), extra_groups=[], env={}, cwd="/", close_fds=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, timeout=60,
+            [self.interpreter.executable, "-I", "-S", "-c", SWEEP_ARG, *sweep_tools()],
+            user=self.uid(box),
+            group=self.uid(box),
+            extra_groups=[],
+            env={},
+            cwd="/",
+            close_fds=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
         )
         return done.returncode == 0
 
@@ -350,8 +357,9 @@ class BwrapIsolation(Isolation):
     def can_fork_runs(self) -> bool:
         return self._root  # without root there is no second uid to sweep the runs' leftovers with
 
-    def _bwrap(self, workdir: str, pid_1: bool = False, caps: tuple[str, ...] = (),
-               binds: tuple[str, ...] = ()) -> list[str]:
+    def _bwrap(
+        self, workdir: str, pid_1: bool = False, caps: tuple[str, ...] = (), binds: tuple[str, ...] = ()
+    ) -> list[str]:
         argv = [_tool("bwrap")]
         if pid_1:
             # Without it bwrap's own pid 1 reaps the interpreter, and bwrap exits without reaping that pid 1 (killed
@@ -375,8 +383,14 @@ class BwrapIsolation(Isolation):
         if self._root:
             uid = str(self.uid_base + box)
             argv += [
-                _tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
+                _tool("setpriv"),
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--no-new-privs",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
             ]
         argv += [self.interpreter.executable, *args]
         return Launch(argv=argv, cwd=workdir, env_tmpdir="/tmp")

@@ -48,8 +48,10 @@ def call_count_distribution(mean: float, cap: int) -> list[float]:
     """P(k calls) for k = 0..cap: 1 + a geometric number truncated at ``cap``, its ratio solved so the mean is
     ``mean`` (ValueError unless 1 <= mean <= cap)."""
     if cap < 1 or not 1 <= mean <= cap:
-        raise ValueError(f"calls per trajectory: the mean must be between 1 and the cap {cap}, got {mean:g} "
-                         "(num_turns mean = 2 x calls + 2: use --num-turns-mean between 4 and 2 x cap + 2)")
+        raise ValueError(
+            f"calls per trajectory: the mean must be between 1 and the cap {cap}, got {mean:g} "
+            "(num_turns mean = 2 x calls + 2: use --num-turns-mean between 4 and 2 x cap + 2)"
+        )
 
     def shape(ratio: float) -> list[float]:
         weights = [0.0] + [ratio ** (k - 1) for k in range(1, cap + 1)]
@@ -91,8 +93,10 @@ class LoadSpec:
             (self.tokens_between_calls >= 0, "--tokens-between-calls must be >= 0"),
             (self.workers >= 1, "--workers must be >= 1"),
             (self.live is None or self.live >= 1, "live trajectories must be >= 1"),
-            (self.timeout_burst >= 0 and self.timeout_burst_at_s >= 0,
-             "--timeout-burst and --timeout-burst-at must be >= 0"),
+            (
+                self.timeout_burst >= 0 and self.timeout_burst_at_s >= 0,
+                "--timeout-burst and --timeout-burst-at must be >= 0",
+            ),
         ]
         errors = [message for ok, message in checks if not ok]
         if errors:
@@ -125,8 +129,9 @@ class Trajectory:
     final_think_s: float  # generation after the last call (the answer)
 
 
-def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS,
-         lengths: Sequence[int] | None = None) -> list[Trajectory]:
+def plan(
+    spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS, lengths: Sequence[int] | None = None
+) -> list[Trajectory]:
     """Every trajectory's calls, programs and pauses, drawn from ``spec.seed`` (the same seed, the same step); with
     ``lengths``, one trajectory per entry making that many calls instead of ``spec.trajectories`` drawn ones.
 
@@ -148,14 +153,15 @@ def plan(spec: LoadSpec, programs: tuple[Program, ...] = PROGRAMS,
 
     out: list[Trajectory] = []
     drawn = (rng.choices(range(len(counts)), counts)[0] for _ in range(spec.trajectories))
-    for k in (lengths if lengths is not None else drawn):
+    for k in lengths if lengths is not None else drawn:
         index = len(out)
         calls = tuple(PlannedCall(deal(), spec.think_s(tokens())) for _ in range(k))
         out.append(Trajectory(index, index % spec.workers, calls, spec.think_s(tokens())))
     for _ in range(spec.timeout_burst):
         index = len(out)
-        out.append(Trajectory(index, index % spec.workers, (PlannedCall(TIMEOUT_PROGRAM, spec.timeout_burst_at_s),),
-                              0.0))
+        out.append(
+            Trajectory(index, index % spec.workers, (PlannedCall(TIMEOUT_PROGRAM, spec.timeout_burst_at_s),), 0.0)
+        )
     return out
 
 

@@ -27,100 +27,167 @@ class Program:
 
 
 PROGRAMS: tuple[Program, ...] = (
-    Program("sympy solve cubic", 10, """\
+    Program(
+        "sympy solve cubic",
+        10,
+        """\
 from sympy import symbols, solve
 x = symbols('x')
 roots = solve(x**3 - 6*x**2 + 11*x - 6, x)
 print(sorted(roots))
-"""),
-    Program("sympy factor polynomial", 8, """\
+""",
+    ),
+    Program(
+        "sympy factor polynomial",
+        8,
+        """\
 from sympy import symbols, expand, factor
 x, y = symbols('x y')
 p = expand((x - 2*y)**3 * (x + y + 1)**2)
 print(factor(p))
-"""),
-    Program("sympy factorint", 7, """\
+""",
+    ),
+    Program(
+        "sympy factorint",
+        7,
+        """\
 from sympy import factorint, divisor_count, totient
 n = 600851475143
 print(factorint(n), divisor_count(n), totient(n))
-"""),
-    Program("sympy linear system", 7, """\
+""",
+    ),
+    Program(
+        "sympy linear system",
+        7,
+        """\
 from sympy import symbols, Eq, solve
 a, b, c = symbols('a b c')
 print(solve([Eq(a + b + c, 6), Eq(2*a - b + c, 3), Eq(a + 2*b - c, 2)], [a, b, c]))
-"""),
-    Program("sympy summation and limit", 6, """\
+""",
+    ),
+    Program(
+        "sympy summation and limit",
+        6,
+        """\
 from sympy import symbols, summation, limit, simplify, oo
 k, n = symbols('k n', positive=True, integer=True)
 s = simplify(summation(1 / (k * (k + 1)), (k, 1, n)))
 print(s, limit(s, n, oo))
-"""),
-    Program("sympy integrate (long)", 2, """\
+""",
+    ),
+    Program(
+        "sympy integrate (long)",
+        2,
+        """\
 from sympy import symbols, integrate, exp, sin, cos, simplify
 x = symbols('x')
 r = integrate(x**3 * exp(2*x) * sin(3*x), x)
 print(simplify(r.diff(x) - x**3 * exp(2*x) * sin(3*x)))
 print(integrate(x**2 * cos(x)**2, (x, 0, 1)).evalf(12))
-"""),
-    Program("numpy eigenvalues", 7, """\
+""",
+    ),
+    Program(
+        "numpy eigenvalues",
+        7,
+        """\
 import numpy as np
 rng = np.random.default_rng(7)
 a = rng.standard_normal((150, 150))
 s = (a + a.T) / 2
 w = np.linalg.eigvalsh(s)
 print(round(float(w.sum()), 6), round(float(np.trace(s)), 6), round(float(w.max()), 6))
-"""),
-    Program("numpy monte carlo", 6, """\
+""",
+    ),
+    Program(
+        "numpy monte carlo",
+        6,
+        """\
 import numpy as np
 rng = np.random.default_rng(2024)
 p = rng.random((400_000, 2))
 inside = int(((p ** 2).sum(axis=1) <= 1).sum())
 print(inside, 4 * inside / len(p))
-"""),
-    Program("scipy minimize", 5, """\
+""",
+    ),
+    Program(
+        "scipy minimize",
+        5,
+        """\
 from scipy.optimize import minimize
 def f(v):
     x, y = v
     return (1 - x) ** 2 + 100 * (y - x * x) ** 2
 r = minimize(f, [-1.2, 1.0], method='BFGS')
 print([round(float(t), 4) for t in r.x], r.success)
-"""),
-    Program("loop over cases", 8, """\
+""",
+    ),
+    Program(
+        "loop over cases",
+        8,
+        """\
 count = 0
 for n in range(1, 200_001):
     if sum(map(int, str(n))) % 7 == 0:
         count += 1
 print(count)
-"""),
-    Program("combinatorics", 6, """\
+""",
+    ),
+    Program(
+        "combinatorics",
+        6,
+        """\
 from itertools import combinations
 nums = list(range(1, 19))
 hits = sum(1 for c in combinations(nums, 4) if sum(c) % 9 == 0)
 print(hits)
-"""),
-    Program("exact fractions", 5, """\
+""",
+    ),
+    Program(
+        "exact fractions",
+        5,
+        """\
 from fractions import Fraction
 h = sum(Fraction(1, k) for k in range(1, 301))
 print(len(str(h.numerator)), h.denominator % 1_000_007)
-"""),
-    Program("mpmath digits", 4, """\
+""",
+    ),
+    Program(
+        "mpmath digits",
+        4,
+        """\
 from mpmath import mp, pi, sqrt, e
 mp.dps = 300
 print(str(pi)[:60])
 print(str(sqrt(2) + e)[:60])
-"""),
-    Program("arithmetic", 6, """\
+""",
+    ),
+    Program(
+        "arithmetic",
+        6,
+        """\
 print(pow(2, 100, 997), 17 * 23, 2**64 - 1)
-"""),
-    Program("table of values", 5, """\
+""",
+    ),
+    Program(
+        "table of values",
+        5,
+        """\
 for n in range(1, 301):
     print(n, n * n, n ** 3, n * (n + 1) // 2)
-"""),
-    Program("prints a lot (300 KB)", 2, """\
+""",
+    ),
+    Program(
+        "prints a lot (300 KB)",
+        2,
+        """\
 for i in range(6000):
     print(f"{i:6d} " + "abcdefghij" * 4)
-"""),
-    Program("brute-force search (long)", 2, """\
+""",
+    ),
+    Program(
+        "brute-force search (long)",
+        2,
+        """\
 best = 0
 for a in range(1, 1500):
     for b in range(a, 1500):
@@ -129,16 +196,26 @@ for a in range(1, 1500):
         if c * c == c2 and a + b + c <= 3000:
             best = max(best, a * b * c)
 print(best)
-"""),
-    Program("traceback (a model's typo)", 4, """\
+""",
+    ),
+    Program(
+        "traceback (a model's typo)",
+        4,
+        """\
 from sympy import symbols
 x = symbols('x')
 print(x**2 + undefined_name)
-""", expect="error_exit"),
+""",
+        expect="error_exit",
+    ),
 )
 
-TIMEOUT_PROGRAM = Program("spins until its timeout", 0, """\
+TIMEOUT_PROGRAM = Program(
+    "spins until its timeout",
+    0,
+    """\
 while True:
     pass
-""", expect="timeout")
-
+""",
+    expect="timeout",
+)

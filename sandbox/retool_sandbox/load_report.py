@@ -29,12 +29,28 @@ from retool_sandbox.load_model import REFERENCE_TOKENS_PER_S
 from retool_sandbox.load_settings import summary as settings_summary
 from retool_sandbox.loadtest import LoadResult
 
-VERDICTS = ("right", "wrong", "false_timeout", "killed", "expected_timeout", "fails_when_idle", "sandbox_error",
-            "unavailable", "hung", "crashed")
+VERDICTS = (
+    "right",
+    "wrong",
+    "false_timeout",
+    "killed",
+    "expected_timeout",
+    "fails_when_idle",
+    "sandbox_error",
+    "unavailable",
+    "hung",
+    "crashed",
+)
 # The counts that make a run unclean, with the words the verdict uses for them.
-PROBLEMS = (("lost", "lost"), ("wrong", "wrong"), ("killed", "killed"), ("false_timeout", "false timeouts"),
-            ("fails_when_idle", "calls of programs the idle server fails"), ("unavailable", "unavailable"),
-            ("over_deadline", "past the deadline"))
+PROBLEMS = (
+    ("lost", "lost"),
+    ("wrong", "wrong"),
+    ("killed", "killed"),
+    ("false_timeout", "false timeouts"),
+    ("fails_when_idle", "calls of programs the idle server fails"),
+    ("unavailable", "unavailable"),
+    ("over_deadline", "past the deadline"),
+)
 RUNTIME_CLASSES = ((0.05, "< 50 ms"), (0.5, "50-500 ms"), (math.inf, ">= 0.5 s"))
 OUTPUT_CLASSES = ((1024, "< 1 KB"), (64 * 1024, "1-64 KB"), (math.inf, ">= 64 KB"))
 TIMELINE_ROWS = 20
@@ -102,21 +118,30 @@ def timeline(result: LoadResult, rows: int = TIMELINE_ROWS, bin_s: float | None 
         ended = [r.end - r.start for r in result.records if lo <= r.end < hi or (i == len(edges) - 2 and r.end == hi)]
         sample = next((s for s in reversed(result.samples) if lo <= s.t < hi), None)
         health = (sample.health or {}) if sample else {}
-        out.append({
-            "t0": lo, "t1": hi, "ended_per_s": len(ended) / (hi - lo), **{f"latency_{k}": v for k, v in
-                                                                          percentiles(ended).items()},
-            "open": open_calls[i], "at_server": at_server[i],
-            "server_in_flight": health.get("in_flight"), "server_queued": health.get("queued"),
-            "sessions": (health.get("sessions") or {}).get("live"),
-            "pss_mib": sample.pss_mib if sample else None,
-            "mem_available_mb": sample.mem_available_mb if sample else None,
-        })
+        out.append(
+            {
+                "t0": lo,
+                "t1": hi,
+                "ended_per_s": len(ended) / (hi - lo),
+                **{f"latency_{k}": v for k, v in percentiles(ended).items()},
+                "open": open_calls[i],
+                "at_server": at_server[i],
+                "server_in_flight": health.get("in_flight"),
+                "server_queued": health.get("queued"),
+                "sessions": (health.get("sessions") or {}).get("live"),
+                "pss_mib": sample.pss_mib if sample else None,
+                "mem_available_mb": sample.mem_available_mb if sample else None,
+            }
+        )
     return out
 
 
 def _session_counters(result: LoadResult) -> dict[str, int] | None:
-    seen = [s.health["sessions"]["counters"] for s in result.samples
-            if s.health and isinstance(s.health.get("sessions"), dict)]
+    seen = [
+        s.health["sessions"]["counters"]
+        for s in result.samples
+        if s.health and isinstance(s.health.get("sessions"), dict)
+    ]
     if not seen:
         return None
     return {key: seen[-1][key] - seen[0].get(key, 0) for key in seen[-1]}
@@ -129,10 +154,12 @@ def _memory(result: LoadResult) -> dict[str, Any]:
         "pss_first_mib": with_pss[0].pss_mib if with_pss else None,
         "pss_peak_mib": max(s.pss_mib for s in with_pss) if with_pss else None,
         "processes_peak": max((s.processes or 0) for s in result.samples) if result.samples else None,
-        "mem_available_min_mb": min((s.mem_available_mb for s in result.samples if s.mem_available_mb is not None),
-                                    default=None),
+        "mem_available_min_mb": min(
+            (s.mem_available_mb for s in result.samples if s.mem_available_mb is not None), default=None
+        ),
         "sessions_peak": max(live, default=0),
-        "per_session_mib": None, "sessions_at_reading": None,
+        "per_session_mib": None,
+        "sessions_at_reading": None,
     }
     readings = [s for s in with_pss if ((s.health or {}).get("sessions") or {}).get("live")]
     if readings and with_pss:
@@ -143,8 +170,9 @@ def _memory(result: LoadResult) -> dict[str, Any]:
     return out
 
 
-def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKENS_PER_S,
-              judged: bool = True) -> dict[str, Any]:
+def summarize(
+    result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKENS_PER_S, judged: bool = True
+) -> dict[str, Any]:
     """Every number the report and the verdict (unless not ``judged``: a baseline) use, as a JSON-able dict."""
     records, spec, settings = result.records, result.spec, result.settings
     policy = settings.policy
@@ -163,17 +191,25 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "spec": {**asdict(spec), "calls_mean": spec.calls_mean, "max_calls": spec.max_calls},
         "tool": settings_summary(settings),
         "url": result.url,
-        "server": {**{key: health.get(key) for key in ("isolation", "mode", "slots", "preimport", "python_version")},
-                   "queue_timeout_s": (health.get("limits") or {}).get("queue_timeout")} if health else None,
+        "server": {
+            **{key: health.get(key) for key in ("isolation", "mode", "slots", "preimport", "python_version")},
+            "queue_timeout_s": (health.get("limits") or {}).get("queue_timeout"),
+        }
+        if health
+        else None,
         "sessions_max": (health.get("sessions") or {}).get("max") if health else None,
         "host_cores": host.cores(),
         "mix": mix(result),
         "failing_programs": failing_programs(result),
         "calls": {
-            "planned": result.planned_calls, "ended": len(records), **counts, "never_made": never_made,
+            "planned": result.planned_calls,
+            "ended": len(records),
+            **counts,
+            "never_made": never_made,
             "lost": counts["hung"] + counts["crashed"] + never_made,
             "over_deadline": sum(1 for r in answered if r.end - r.start - r.limit_wait_s > deadline + 1.0),
-            "busy_answers": sum(r.busy_answers for r in records), "retries": sum(r.retries for r in records),
+            "busy_answers": sum(r.busy_answers for r in records),
+            "retries": sum(r.retries for r in records),
             "session_lost": sum(1 for r in records if r.session_lost),
         },
         "latency_s": percentiles([r.end - r.start for r in answered]),
@@ -181,10 +217,19 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "server_wait_s": percentiles([max(0.0, r.last_attempt_s - r.execution_s) for r in ran]),
         # the programs' own run time: what a call costs the sandbox's cores beyond the server's handling of it
         "run_s_mean": sum(r.execution_s for r in ran) / len(ran) if ran else None,
-        "throughput": {"overall": len(answered) / span if span else None, "saturated": saturated,
-                       "saturated_s": saturated_s, "slots": slots, "span_s": span},
-        "cpu": {"server_s": server_cpu, "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
-                "client_s": result.client_cpu_s, "host_kernel_share": _kernel_share(result)},
+        "throughput": {
+            "overall": len(answered) / span if span else None,
+            "saturated": saturated,
+            "saturated_s": saturated_s,
+            "slots": slots,
+            "span_s": span,
+        },
+        "cpu": {
+            "server_s": server_cpu,
+            "per_call_s": server_cpu / len(answered) if server_cpu and answered else None,
+            "client_s": result.client_cpu_s,
+            "host_kernel_share": _kernel_share(result),
+        },
         "memory": _memory(result),
         "timeline": timeline(result),
         "sessions": _session_counters(result),
@@ -192,8 +237,11 @@ def summarize(result: LoadResult, reference_tokens_per_s: float = REFERENCE_TOKE
         "notes": list(result.notes),
         "reference_tokens_per_s": reference_tokens_per_s,
     }
-    bases = [summarize(run, reference_tokens_per_s, judged=False)
-             for run in (result.baseline, result.baseline_after) if run is not None]
+    bases = [
+        summarize(run, reference_tokens_per_s, judged=False)
+        for run in (result.baseline, result.baseline_after)
+        if run is not None
+    ]
     if bases:
         # Measured before and after the load, the sandbox's own throughput is their mean: the load is compared with
         # the host as it was around it, not with one short reading of a host whose speed drifts.
@@ -224,8 +272,10 @@ def failing_programs(result: LoadResult) -> list[dict[str, Any]]:
 
 def mix(result: LoadResult) -> dict[str, Any]:
     """The program set as measured on the idle sandbox: each program, and the call shares by run time and output."""
-    rows = [{"name": name, "weight": c.weight, "idle_s": c.execution_s, "output_bytes": c.output_bytes,
-             "status": c.status} for name, c in result.calibration.items()]
+    rows = [
+        {"name": name, "weight": c.weight, "idle_s": c.execution_s, "output_bytes": c.output_bytes, "status": c.status}
+        for name, c in result.calibration.items()
+    ]
     total = sum(row["weight"] for row in rows) or 1
 
     def shares(key: str, classes) -> dict[str, float]:
@@ -235,9 +285,12 @@ def mix(result: LoadResult) -> dict[str, Any]:
             out[label] += row["weight"] / total
         return out
 
-    return {"programs": rows, "runtime_shares": shares("idle_s", RUNTIME_CLASSES),
-            "output_shares": shares("output_bytes", OUTPUT_CLASSES),
-            "mean_idle_s": sum(row["weight"] * row["idle_s"] for row in rows) / total}
+    return {
+        "programs": rows,
+        "runtime_shares": shares("idle_s", RUNTIME_CLASSES),
+        "output_shares": shares("output_bytes", OUTPUT_CLASSES),
+        "mean_idle_s": sum(row["weight"] * row["idle_s"] for row in rows) / total,
+    }
 
 
 def reference_rate(summary: dict[str, Any]) -> float:
@@ -254,7 +307,8 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     rate = reference_rate(summary)
     per_call = summary["cpu"]["per_call_s"]
     enough_saturation = throughput["saturated"] is not None and throughput["saturated_s"] >= max(
-        1.0, MIN_SATURATED_SHARE * (throughput["span_s"] or 0))
+        1.0, MIN_SATURATED_SHARE * (throughput["span_s"] or 0)
+    )
     capacity = throughput["saturated"] if enough_saturation else None
     p99 = summary["latency_s"]["p99"]
     timeout = summary["tool"]["timeout_s"]
@@ -265,11 +319,18 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         keeps_up = True if harder and calls["unavailable"] == 0 else None
     clean = all(calls[key] == 0 for key, _ in PROBLEMS)
     p99_ok = p99 is not None and p99 < timeout
-    answer = "yes" if clean and p99_ok and keeps_up else ("undecided" if keeps_up is None and clean and p99_ok
-                                                          else "no")
+    answer = (
+        "yes" if clean and p99_ok and keeps_up else ("undecided" if keeps_up is None and clean and p99_ok else "no")
+    )
     return {
-        "answer": answer, "reference_rate": rate, "capacity": capacity, "keeps_up": keeps_up, "clean": clean,
-        "p99_s": p99, "p99_below_timeout": p99_ok, "timeout_s": timeout,
+        "answer": answer,
+        "reference_rate": rate,
+        "capacity": capacity,
+        "keeps_up": keeps_up,
+        "clean": clean,
+        "p99_s": p99,
+        "p99_below_timeout": p99_ok,
+        "timeout_s": timeout,
         "cores_needed": math.ceil(rate * per_call) if per_call else None,
         "core_seconds_per_call": per_call,
     }
@@ -294,16 +355,24 @@ def _kernel_share(result: LoadResult) -> float | None:
 
 def to_json(result: LoadResult, summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with every call record and sample (of the baseline too), for plots and later reports."""
-    def raw(run: LoadResult) -> dict[str, Any]:
-        return {"records": [asdict(r) for r in run.records], "samples": [asdict(s) for s in run.samples],
-                "wall_s": run.wall_s}
 
-    return {"summary": summary, "load": raw(result),
-            "baseline": raw(result.baseline) if result.baseline is not None else None,
-            "baseline_after": raw(result.baseline_after) if result.baseline_after is not None else None}
+    def raw(run: LoadResult) -> dict[str, Any]:
+        return {
+            "records": [asdict(r) for r in run.records],
+            "samples": [asdict(s) for s in run.samples],
+            "wall_s": run.wall_s,
+        }
+
+    return {
+        "summary": summary,
+        "load": raw(result),
+        "baseline": raw(result.baseline) if result.baseline is not None else None,
+        "baseline_after": raw(result.baseline_after) if result.baseline_after is not None else None,
+    }
 
 
 # ---- text ---------------------------------------------------------------------------------------------------------
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f}"
@@ -320,11 +389,17 @@ def _pct(shares: dict[str, float]) -> str:
 def render(summary: dict[str, Any]) -> str:
     """The report ``retool-sandbox loadtest`` prints."""
     spec, tool, calls, server = summary["spec"], summary["tool"], summary["calls"], summary["server"]
-    where = (f"retool-sandbox: isolation {server['isolation']}, {server['mode']} mode, {server['slots']} slots"
-             if server else "not a retool-sandbox (no /health): server-side numbers are not available")
-    pace = ("no pauses" if math.isinf(spec["tokens_per_s"]) else
-            f"{spec['tokens_per_s']:g} tokens/s per trajectory, {spec['tokens_between_calls']:g} tokens between calls "
-            "(exponential)")
+    where = (
+        f"retool-sandbox: isolation {server['isolation']}, {server['mode']} mode, {server['slots']} slots"
+        if server
+        else "not a retool-sandbox (no /health): server-side numbers are not available"
+    )
+    pace = (
+        "no pauses"
+        if math.isinf(spec["tokens_per_s"])
+        else f"{spec['tokens_per_s']:g} tokens/s per trajectory, {spec['tokens_between_calls']:g} tokens between calls "
+        "(exponential)"
+    )
     mix_ = summary["mix"]
     lines = [
         f"retool-sandbox loadtest: {spec['trajectories']} trajectories, session mode {spec['session_mode']}, "
@@ -332,8 +407,11 @@ def render(summary: dict[str, Any]) -> str:
         f"model: {spec['calls_mean']:.2f} calls per trajectory on average (num_turns {spec['num_turns_mean']:g}), "
         f"1 to {spec['max_calls']}; {pace}; {spec['workers']} workers x max_concurrency {tool['max_concurrency']}; "
         f"tool timeout {tool['timeout_s']:g} s, call deadline {tool['call_deadline_s']:g} s"
-        + (f"; plus {spec['timeout_burst']} programs that spin to their timeout at {spec['timeout_burst_at_s']:g} s"
-           if spec["timeout_burst"] else ""),
+        + (
+            f"; plus {spec['timeout_burst']} programs that spin to their timeout at {spec['timeout_burst_at_s']:g} s"
+            if spec["timeout_burst"]
+            else ""
+        ),
         f"programs: {len(mix_['programs'])}, measured on the idle sandbox: run time {_pct(mix_['runtime_shares'])}; "
         f"output {_pct(mix_['output_shares'])}; mean {mix_['mean_idle_s'] * 1000:.0f} ms per call",
         f"calls: {calls['planned']} planned, {calls['ended']} ended: right {calls['right']}, wrong {calls['wrong']}, "
@@ -347,49 +425,77 @@ def render(summary: dict[str, Any]) -> str:
     ]
     for program in summary["failing_programs"]:
         outcomes = ", ".join(f"{status} {n}" for status, n in sorted(program["outcomes"].items())) or "no calls"
-        lines.append(f"the server fails {program['name']!r} ({program['weight']}% of the calls) on the idle sandbox "
-                     f"too: {program['idle']}; its calls in this run: {outcomes}")
+        lines.append(
+            f"the server fails {program['name']!r} ({program['weight']}% of the calls) on the idle sandbox "
+            f"too: {program['idle']}; its calls in this run: {outcomes}"
+        )
     if summary["failing_programs"]:
-        lines.append("(the mix needs numpy, scipy, sympy and mpmath in the sandbox's Python and room for numpy: a real "
-                     "SandboxFusion needs --memory-limit-mb -1)")
+        lines.append(
+            "(the mix needs numpy, scipy, sympy and mpmath in the sandbox's Python and room for numpy: a real "
+            "SandboxFusion needs --memory-limit-mb -1)"
+        )
     t = summary["throughput"]
     lines.append(
         f"throughput: {_s(t['overall'])} calls/s over {t['span_s']:.0f} s; while saturated (>= {t['slots']} calls at "
         f"the server, {t['saturated_s']:.0f} s): {_s(t['saturated'])} calls/s"
-        + (f"; the sandbox's own at concurrency 2: {_s(summary['baseline']['throughput']['saturated'])} calls/s "
-           f"{_readings(summary['baseline']['throughput'])}({t['vs_baseline']:.3f} x)" if "vs_baseline" in t else ""))
-    for key, label in (("latency_s", "latency per call"), ("limit_wait_s", "wait for the worker's max_concurrency"),
-                       ("server_wait_s", "time at the server beyond the run (queue + transport)")):
+        + (
+            f"; the sandbox's own at concurrency 2: {_s(summary['baseline']['throughput']['saturated'])} calls/s "
+            f"{_readings(summary['baseline']['throughput'])}({t['vs_baseline']:.3f} x)"
+            if "vs_baseline" in t
+            else ""
+        )
+    )
+    for key, label in (
+        ("latency_s", "latency per call"),
+        ("limit_wait_s", "wait for the worker's max_concurrency"),
+        ("server_wait_s", "time at the server beyond the run (queue + transport)"),
+    ):
         p = summary[key]
         lines.append(f"{label} ms: p50 {_ms(p['p50'])}, p99 {_ms(p['p99'])}, max {_ms(p['max'])}")
     cpu, memory = summary["cpu"], summary["memory"]
     if cpu["server_s"] is not None:
-        lines.append(f"sandbox CPU: {cpu['server_s']:.1f} core-s, {cpu['per_call_s'] * 1000:.0f} ms per call "
-                     f"(this load test: {cpu['client_s']:.1f} core-s)")
+        lines.append(
+            f"sandbox CPU: {cpu['server_s']:.1f} core-s, {cpu['per_call_s'] * 1000:.0f} ms per call "
+            f"(this load test: {cpu['client_s']:.1f} core-s)"
+        )
     if cpu.get("host_kernel_share") is not None:
         base = (summary.get("baseline") or {}).get("cpu", {}).get("host_kernel_share")
-        lines.append(f"host CPU in the kernel: {cpu['host_kernel_share']:.0%} of what the host used"
-                     + (f" (baseline: {base:.0%})" if base is not None else ""))
+        lines.append(
+            f"host CPU in the kernel: {cpu['host_kernel_share']:.0%} of what the host used"
+            + (f" (baseline: {base:.0%})" if base is not None else "")
+        )
     if memory["pss_peak_mib"] is not None:
-        per = (f", {memory['per_session_mib']:.1f} MiB per session ({memory['sessions_at_reading']} live)"
-               if memory["per_session_mib"] is not None else "")
-        lines.append(f"sandbox memory (Pss of its process tree): {memory['pss_first_mib']:.0f} MiB at the start, peak "
-                     f"{memory['pss_peak_mib']:.0f} MiB{per}; host MemAvailable low point "
-                     f"{memory['mem_available_min_mb']} MiB")
+        per = (
+            f", {memory['per_session_mib']:.1f} MiB per session ({memory['sessions_at_reading']} live)"
+            if memory["per_session_mib"] is not None
+            else ""
+        )
+        lines.append(
+            f"sandbox memory (Pss of its process tree): {memory['pss_first_mib']:.0f} MiB at the start, peak "
+            f"{memory['pss_peak_mib']:.0f} MiB{per}; host MemAvailable low point "
+            f"{memory['mem_available_min_mb']} MiB"
+        )
     if summary["sessions"]:
         s = summary["sessions"]
-        lines.append(f"sessions: {s.get('started', 0)} started, peak {memory['sessions_peak']} live, "
-                     f"{s.get('evicted_memory', 0)} evicted for memory, {s.get('evicted_idle', 0)} idle-evicted, "
-                     f"{s.get('died', 0)} died")
-    lines += ["", "over time (calls ended per s; latency ms of the calls that ended; calls open in the trajectories / "
-                  "at the server, averages; the server's slots in use + queued and live sessions at the bin's end):",
-              f"{'t s':>9} {'ended/s':>8} {'p50':>7} {'p99':>7} {'max':>7} {'open':>6} {'server':>7} {'busy+q':>7} "
-              f"{'sess':>5}"]
+        lines.append(
+            f"sessions: {s.get('started', 0)} started, peak {memory['sessions_peak']} live, "
+            f"{s.get('evicted_memory', 0)} evicted for memory, {s.get('evicted_idle', 0)} idle-evicted, "
+            f"{s.get('died', 0)} died"
+        )
+    lines += [
+        "",
+        "over time (calls ended per s; latency ms of the calls that ended; calls open in the trajectories / "
+        "at the server, averages; the server's slots in use + queued and live sessions at the bin's end):",
+        f"{'t s':>9} {'ended/s':>8} {'p50':>7} {'p99':>7} {'max':>7} {'open':>6} {'server':>7} {'busy+q':>7} "
+        f"{'sess':>5}",
+    ]
     for row in summary.get("timeline", []):
-        busy = ("-" if row["server_in_flight"] is None else f"{row['server_in_flight']}+{row['server_queued']}")
-        lines.append(f"{row['t0']:4.0f}-{row['t1']:<4.0f} {row['ended_per_s']:8.1f} {_ms(row['latency_p50']):>7} "
-                     f"{_ms(row['latency_p99']):>7} {_ms(row['latency_max']):>7} {row['open']:6.1f} "
-                     f"{row['at_server']:7.1f} {busy:>7} {row['sessions'] if row['sessions'] is not None else '-':>5}")
+        busy = "-" if row["server_in_flight"] is None else f"{row['server_in_flight']}+{row['server_queued']}"
+        lines.append(
+            f"{row['t0']:4.0f}-{row['t1']:<4.0f} {row['ended_per_s']:8.1f} {_ms(row['latency_p50']):>7} "
+            f"{_ms(row['latency_p99']):>7} {_ms(row['latency_max']):>7} {row['open']:6.1f} "
+            f"{row['at_server']:7.1f} {busy:>7} {row['sessions'] if row['sessions'] is not None else '-':>5}"
+        )
     lines += ["", verdict_text(summary)]
     lines += [f"note: {note}" for note in summary["notes"]]
     return "\n".join(lines) + "\n"
@@ -398,16 +504,26 @@ def render(summary: dict[str, Any]) -> str:
 def verdict_text(summary: dict[str, Any]) -> str:
     v = summary["verdict"]
     rate = f"{v['reference_rate']:.1f} calls/s"
-    capacity = (f"it served {v['capacity']:.1f} calls/s while saturated" if v["capacity"] is not None else
-                "it was not saturated long enough to measure its capacity")
-    cores = (f"at {v['core_seconds_per_call'] * 1000:.0f} ms of CPU per call that rate needs {v['cores_needed']} "
-             "busy cores" if v["cores_needed"] is not None else "its CPU per call was not measured (not a local "
-             "retool-sandbox; --server-pid names another server's process)")
+    capacity = (
+        f"it served {v['capacity']:.1f} calls/s while saturated"
+        if v["capacity"] is not None
+        else "it was not saturated long enough to measure its capacity"
+    )
+    cores = (
+        f"at {v['core_seconds_per_call'] * 1000:.0f} ms of CPU per call that rate needs {v['cores_needed']} busy cores"
+        if v["cores_needed"] is not None
+        else "its CPU per call was not measured (not a local "
+        "retool-sandbox; --server-pid names another server's process)"
+    )
     problems = [f"{summary['calls'][key]} {label}" for key, label in PROBLEMS if summary["calls"][key]]
-    return (f"verdict: {v['answer'].upper()}: the reference step asks for {rate} (at "
-            f"{summary['reference_tokens_per_s']:g} tokens/s per trajectory); {capacity}; p99 {_ms(v['p99_s'])} ms "
-            f"{'<' if v['p99_below_timeout'] else '>='} the tool's timeout {v['timeout_s']:g} s; {cores}"
-            + (f"; problems: {', '.join(problems)}" if problems else "") + "." + _busy_hint(summary))
+    return (
+        f"verdict: {v['answer'].upper()}: the reference step asks for {rate} (at "
+        f"{summary['reference_tokens_per_s']:g} tokens/s per trajectory); {capacity}; p99 {_ms(v['p99_s'])} ms "
+        f"{'<' if v['p99_below_timeout'] else '>='} the tool's timeout {v['timeout_s']:g} s; {cores}"
+        + (f"; problems: {', '.join(problems)}" if problems else "")
+        + "."
+        + _busy_hint(summary)
+    )
 
 
 def _busy_hint(summary: dict[str, Any]) -> str:
@@ -417,10 +533,11 @@ def _busy_hint(summary: dict[str, Any]) -> str:
     if not summary["calls"]["busy_answers"] or not capacity or not server.get("queue_timeout_s"):
         return ""
     in_flight = summary["spec"]["workers"] * summary["tool"]["max_concurrency"]
-    return (f" The {summary['calls']['busy_answers']} 504 answers: {summary['spec']['workers']} workers x "
-            f"max_concurrency {summary['tool']['max_concurrency']} keep up to {in_flight} calls waiting at the server; "
-            f"at {capacity:.1f} calls/s (this run's rate while saturated) the last of them waits "
-            f"{in_flight / capacity:.0f} s, against the server's queue timeout of {server['queue_timeout_s']:g} s, "
-            "and longer where calls run slower. Fewer calls in flight (the tool's max_concurrency) or more slots and "
-            "cores avoid it.")
-
+    return (
+        f" The {summary['calls']['busy_answers']} 504 answers: {summary['spec']['workers']} workers x "
+        f"max_concurrency {summary['tool']['max_concurrency']} keep up to {in_flight} calls waiting at the server; "
+        f"at {capacity:.1f} calls/s (this run's rate while saturated) the last of them waits "
+        f"{in_flight / capacity:.0f} s, against the server's queue timeout of {server['queue_timeout_s']:g} s, "
+        "and longer where calls run slower. Fewer calls in flight (the tool's max_concurrency) or more slots and "
+        "cores avoid it."
+    )

@@ -14,10 +14,15 @@ from typing import Any
 from retool_sandbox.client import SESSION_MODES, ClientPolicy
 
 # tool YAML key -> ClientPolicy field (the tool's names are verl's SandboxFusion tool's)
-_POLICY_KEYS = {"default_timeout": "run_timeout", "memory_limit_mb": "memory_limit_mb",
-                "queue_timeout_s": "queue_timeout_s", "http_timeout_margin_s": "http_timeout_margin_s",
-                "max_retries": "max_retries", "retry_backoff_s": "retry_backoff_s",
-                "reconnect_budget_s": "reconnect_budget_s"}
+_POLICY_KEYS = {
+    "default_timeout": "run_timeout",
+    "memory_limit_mb": "memory_limit_mb",
+    "queue_timeout_s": "queue_timeout_s",
+    "http_timeout_margin_s": "http_timeout_margin_s",
+    "max_retries": "max_retries",
+    "retry_backoff_s": "retry_backoff_s",
+    "reconnect_budget_s": "reconnect_budget_s",
+}
 
 
 @dataclass(frozen=True)
@@ -30,23 +35,38 @@ class LoadSettings:
 
     def __post_init__(self) -> None:
         p = self.policy
-        problems = [message for bad, message in (
-            (p.run_timeout <= 0, f"the timeout must be > 0 s, got {p.run_timeout!r}"),
-            (p.memory_limit_mb <= 0 and p.memory_limit_mb != -1,
-             f"memory_limit_mb must be > 0 or -1 (no limit), got {p.memory_limit_mb!r}"),
-            (min(p.queue_timeout_s, p.http_timeout_margin_s, p.retry_backoff_s, p.reconnect_budget_s) < 0,
-             "queue_timeout_s, http_timeout_margin_s, retry_backoff_s and reconnect_budget_s must be >= 0"),
-            (p.max_retries < 0, f"max_retries must be >= 0, got {p.max_retries!r}"),
-            (self.max_concurrency < 1, f"max_concurrency must be >= 1, got {self.max_concurrency!r}"),
-            (self.session_mode not in SESSION_MODES,
-             f"session_mode must be one of {list(SESSION_MODES)}, got {self.session_mode!r}"),
-        ) if bad]
+        problems = [
+            message
+            for bad, message in (
+                (p.run_timeout <= 0, f"the timeout must be > 0 s, got {p.run_timeout!r}"),
+                (
+                    p.memory_limit_mb <= 0 and p.memory_limit_mb != -1,
+                    f"memory_limit_mb must be > 0 or -1 (no limit), got {p.memory_limit_mb!r}",
+                ),
+                (
+                    min(p.queue_timeout_s, p.http_timeout_margin_s, p.retry_backoff_s, p.reconnect_budget_s) < 0,
+                    "queue_timeout_s, http_timeout_margin_s, retry_backoff_s and reconnect_budget_s must be >= 0",
+                ),
+                (p.max_retries < 0, f"max_retries must be >= 0, got {p.max_retries!r}"),
+                (self.max_concurrency < 1, f"max_concurrency must be >= 1, got {self.max_concurrency!r}"),
+                (
+                    self.session_mode not in SESSION_MODES,
+                    f"session_mode must be one of {list(SESSION_MODES)}, got {self.session_mode!r}",
+                ),
+            )
+            if bad
+        ]
         if problems:
             raise ValueError("load test settings: " + "; ".join(problems))
 
 
-def load_settings(tool_config: str | None = None, *, timeout: float | None = None, memory_limit_mb: int | None = None,
-                  session_mode: str | None = None) -> LoadSettings:
+def load_settings(
+    tool_config: str | None = None,
+    *,
+    timeout: float | None = None,
+    memory_limit_mb: int | None = None,
+    session_mode: str | None = None,
+) -> LoadSettings:
     """The settings of the code tool in ``tool_config`` (a tool YAML with a ``tools:`` list, such as the recipe's
     configs/tool.yaml; its URL is not used), else the defaults; the keyword overrides that are not None win.
     ValueError names the file and key that are wrong."""
@@ -97,8 +117,12 @@ def _tool_entry(tool_config: str) -> dict[str, Any]:
 def summary(settings: LoadSettings) -> dict[str, Any]:
     """The settings as the report states them."""
     p = settings.policy
-    return {"timeout_s": p.run_timeout, "memory_limit_mb": p.memory_limit_mb,
-            "max_concurrency": settings.max_concurrency,
-            "max_retries": p.max_retries, "queue_timeout_s": p.queue_timeout_s,
-            "reconnect_budget_s": p.reconnect_budget_s, "call_deadline_s": p.call_deadline()}
-
+    return {
+        "timeout_s": p.run_timeout,
+        "memory_limit_mb": p.memory_limit_mb,
+        "max_concurrency": settings.max_concurrency,
+        "max_retries": p.max_retries,
+        "queue_timeout_s": p.queue_timeout_s,
+        "reconnect_budget_s": p.reconnect_budget_s,
+        "call_deadline_s": p.call_deadline(),
+    }

@@ -140,9 +140,19 @@ class LoadTest:
     found by itself.
     """
 
-    def __init__(self, url: str, spec: LoadSpec, settings: LoadSettings, *, programs: tuple[Program, ...] = PROGRAMS,
-                 sample_s: float = 1.0, cpu_every_s: float = 5.0, pss_every_s: float = 60.0,
-                 server_pid: int | None = None, baseline_calls: int = 0) -> None:
+    def __init__(
+        self,
+        url: str,
+        spec: LoadSpec,
+        settings: LoadSettings,
+        *,
+        programs: tuple[Program, ...] = PROGRAMS,
+        sample_s: float = 1.0,
+        cpu_every_s: float = 5.0,
+        pss_every_s: float = 60.0,
+        server_pid: int | None = None,
+        baseline_calls: int = 0,
+    ) -> None:
         self.url, self.spec, self.settings, self.programs = url, spec, settings, programs
         self.sample_s, self.cpu_every_s, self.pss_every_s = sample_s, cpu_every_s, pss_every_s
         self.server_pid = server_pid
@@ -157,10 +167,12 @@ class LoadTest:
 
     async def wait_for_calls(self, count: int, timeout: float) -> None:
         """Return once ``count`` calls of the run have ended (TimeoutError after ``timeout`` seconds)."""
+
         async def reached() -> None:
             while self.finished < count:
                 self._progress.clear()
                 await self._progress.wait()
+
         await asyncio.wait_for(reached(), timeout)
 
     # ---- calibration ------------------------------------------------------------------------------------------
@@ -178,9 +190,14 @@ class LoadTest:
                 detail = reply.problem or (run.get("stderr") or "")[-600:]
                 problem = f"{reply.status}, not {program.expect}" + (f": {detail.strip()}" if detail.strip() else "")
             stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
-            out[program.name] = Calibration(reply.status, float(run.get("execution_time") or 0.0),
-                                            len(stdout.encode()) + len(stderr.encode()), _sha1(stdout), program.weight,
-                                            problem)
+            out[program.name] = Calibration(
+                reply.status,
+                float(run.get("execution_time") or 0.0),
+                len(stdout.encode()) + len(stderr.encode()),
+                _sha1(stdout),
+                program.weight,
+                problem,
+            )
         return out
 
     # ---- the load ---------------------------------------------------------------------------------------------
@@ -222,12 +239,20 @@ class LoadTest:
         trajectories at a time and no pauses: the sandbox's own throughput on the same work as the load."""
         spec = self.spec
         load_lengths = [len(t.calls) for t in plan(replace(spec, timeout_burst=0), self.programs)]
-        baseline = LoadSpec(trajectories=BASELINE_CONCURRENCY, session_mode=spec.session_mode,
-                            num_turns_mean=spec.num_turns_mean, max_assistant_turns=spec.max_assistant_turns,
-                            tokens_per_s=math.inf, tokens_between_calls=0, workers=spec.workers,
-                            live=BASELINE_CONCURRENCY, seed=spec.seed + 1)
-        return await self._load(baseline, lengths=like_lengths(load_lengths, max(1, self.baseline_calls),
-                                                                 baseline.seed))
+        baseline = LoadSpec(
+            trajectories=BASELINE_CONCURRENCY,
+            session_mode=spec.session_mode,
+            num_turns_mean=spec.num_turns_mean,
+            max_assistant_turns=spec.max_assistant_turns,
+            tokens_per_s=math.inf,
+            tokens_between_calls=0,
+            workers=spec.workers,
+            live=BASELINE_CONCURRENCY,
+            seed=spec.seed + 1,
+        )
+        return await self._load(
+            baseline, lengths=like_lengths(load_lengths, max(1, self.baseline_calls), baseline.seed)
+        )
 
     async def load(self, spec: LoadSpec | None = None) -> LoadResult:
         """Run ``spec`` (default: this test's) after ``prepare``."""
@@ -272,31 +297,71 @@ class LoadTest:
         usage_after = resource.getrusage(resource.RUSAGE_SELF)
         notes = [f"a trajectory task failed: {outcome!r}" for outcome in outcomes if isinstance(outcome, BaseException)]
         return LoadResult(
-            spec=spec, settings=self.settings, url=self.url, health=health, calibration=calibration, records=records,
-            samples=samples, planned_calls=sum(len(t.calls) for t in trajectories), wall_s=wall,
+            spec=spec,
+            settings=self.settings,
+            url=self.url,
+            health=health,
+            calibration=calibration,
+            records=records,
+            samples=samples,
+            planned_calls=sum(len(t.calls) for t in trajectories),
+            wall_s=wall,
             client_cpu_s=(usage_after.ru_utime + usage_after.ru_stime) - (usage.ru_utime + usage.ru_stime),
-            server_pid=pid, notes=notes,
+            server_pid=pid,
+            notes=notes,
         )
 
-    async def _call(self, client: SandboxClient, program: Program, session_id: str | None,
-                    calibration: dict[str, Calibration], started: float) -> CallRecord:
+    async def _call(
+        self,
+        client: SandboxClient,
+        program: Program,
+        session_id: str | None,
+        calibration: dict[str, Calibration],
+        started: float,
+    ) -> CallRecord:
         begin = time.monotonic()
         watchdog = HUNG_AFTER_DEADLINES * client.policy.call_deadline()
         try:
             reply = await asyncio.wait_for(client.run(program.code, session_id=session_id), watchdog)
         except asyncio.TimeoutError:
-            return CallRecord(0, 0, program.name, begin - started, time.monotonic() - started, "hung", "hung",
-                              problem=f"no outcome within {watchdog:g} s")
+            return CallRecord(
+                0,
+                0,
+                program.name,
+                begin - started,
+                time.monotonic() - started,
+                "hung",
+                "hung",
+                problem=f"no outcome within {watchdog:g} s",
+            )
         except Exception as exc:  # the client must never raise: that is a lost call
-            return CallRecord(0, 0, program.name, begin - started, time.monotonic() - started, "crashed", "crashed",
-                              problem=f"{type(exc).__name__}: {exc}")
+            return CallRecord(
+                0,
+                0,
+                program.name,
+                begin - started,
+                time.monotonic() - started,
+                "crashed",
+                "crashed",
+                problem=f"{type(exc).__name__}: {exc}",
+            )
         end = time.monotonic()
         execution = reply.run_result.get("execution_time")
         return CallRecord(
-            0, 0, program.name, begin - started, end - started, reply.status, judge(reply, program, calibration),
+            0,
+            0,
+            program.name,
+            begin - started,
+            end - started,
+            reply.status,
+            judge(reply, program, calibration),
             execution_s=float(execution) if isinstance(execution, (int, float)) else None,
-            limit_wait_s=reply.limit_wait_s, last_attempt_s=reply.last_attempt_s, busy_answers=reply.busy_answers,
-            retries=reply.retries, session_lost=bool(reply.session_lost), problem=reply.problem[:300],
+            limit_wait_s=reply.limit_wait_s,
+            last_attempt_s=reply.last_attempt_s,
+            busy_answers=reply.busy_answers,
+            retries=reply.retries,
+            session_lost=bool(reply.session_lost),
+            problem=reply.problem[:300],
         )
 
     # ---- sampling ---------------------------------------------------------------------------------------------
@@ -311,8 +376,9 @@ class LoadTest:
         live_at_pss = 0
         while True:
             now = time.monotonic()
-            sample = Sample(now - started, await _health(self.url), host.mem_available_mb(),
-                            host_cpu_s=host.cpu_seconds())
+            sample = Sample(
+                now - started, await _health(self.url), host.mem_available_mb(), host_cpu_s=host.cpu_seconds()
+            )
             live = ((sample.health or {}).get("sessions") or {}).get("live") or 0
             with_pss = now >= due["pss"] or live > 2 * live_at_pss
             if meter is not None and (now >= due["cpu"] or with_pss):
@@ -327,8 +393,9 @@ class LoadTest:
 
     async def _reading(self, started: float, meter: proctree.CpuMeter | None) -> Sample:
         """A full reading (health, CPU, memory) now."""
-        sample = Sample(time.monotonic() - started, await _health(self.url), host.mem_available_mb(),
-                        host_cpu_s=host.cpu_seconds())
+        sample = Sample(
+            time.monotonic() - started, await _health(self.url), host.mem_available_mb(), host_cpu_s=host.cpu_seconds()
+        )
         if meter is not None:
             await self._measure(meter, sample, with_pss=True)
         return sample

@@ -128,9 +128,15 @@ def make_workdir(run_dir: str, uid: int | None) -> str:
 def popen_sandbox(launch: Launch, inner: str, **kwargs) -> subprocess.Popen:
     """Start ``launch`` in its own session with the clean sandbox environment (``inner`` is its HOME)."""
     return subprocess.Popen(
-        launch.argv, cwd=launch.cwd, env=sandbox_env(inner, launch.env_tmpdir or inner), close_fds=True,
-        start_new_session=True, user=launch.user, group=launch.user,
-        extra_groups=[] if launch.user is not None else None, **kwargs,
+        launch.argv,
+        cwd=launch.cwd,
+        env=sandbox_env(inner, launch.env_tmpdir or inner),
+        close_fds=True,
+        start_new_session=True,
+        user=launch.user,
+        group=launch.user,
+        extra_groups=[] if launch.user is not None else None,
+        **kwargs,
     )
 
 
@@ -159,8 +165,9 @@ class ControlledSandbox:
         server's end and the directory are removed too."""
         log_r, log_w = os.pipe()
         try:
-            self.proc = popen_sandbox(launch, self.inner, stdin=stdin, stdout=log_w, stderr=log_w,
-                                      pass_fds=(self.child_fd,))
+            self.proc = popen_sandbox(
+                launch, self.inner, stdin=stdin, stdout=log_w, stderr=log_w, pass_fds=(self.child_fd,)
+            )
         except BaseException:
             self._abandon(log_r)
             raise

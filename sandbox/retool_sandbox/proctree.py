@@ -48,7 +48,7 @@ def _stats() -> dict[int, _Stat]:
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as fh:
                 raw = fh.read()
-            fields = raw[raw.rindex(b")") + 2:].split()  # after "(comm)": field 3 (state) is fields[0]
+            fields = raw[raw.rindex(b")") + 2 :].split()  # after "(comm)": field 3 (state) is fields[0]
             utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
             out[int(entry.name)] = _Stat(int(fields[1]), (utime + stime) / _TICKS, (cutime + cstime) / _TICKS)
         except (OSError, ValueError, IndexError):
@@ -134,7 +134,7 @@ def programs_below(pid: int) -> list[int]:
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as fh:
                     stat = fh.read()
-                parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])  # field 4, after (comm)
+                parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])  # field 4, after (comm)
             except (OSError, ValueError, IndexError):
                 continue
     found: list[int] = []

@@ -90,9 +90,12 @@ def parse_run_request(body: Any, cfg: ServerConfig) -> RunSpec:
         loc, _, msg = str(exc).partition(": ")
         raise RequestError(loc, msg) from None
     return RunSpec(
-        code=body["code"], timeout_s=timeout, memory_mb=memory_mb,
+        code=body["code"],
+        timeout_s=timeout,
+        memory_mb=memory_mb,
         stdin=None if stdin is None else stdin.encode("utf-8", "surrogatepass"),
-        files=files, fetch_files=fetch_paths,
+        files=files,
+        fetch_files=fetch_paths,
     )
 
 
@@ -105,8 +108,11 @@ def parse_session_id(body: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
-        raise RequestError("session_id", "must be 1-200 characters of letters, digits and ._:@+=- (or null for a "
-                                         f"stateless run), got {str(value)[:80]!r}")
+        raise RequestError(
+            "session_id",
+            "must be 1-200 characters of letters, digits and ._:@+=- (or null for a "
+            f"stateless run), got {str(value)[:80]!r}",
+        )
     return value
 
 

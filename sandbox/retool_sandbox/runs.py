@@ -117,8 +117,9 @@ class FreshRun(Run):
         stdin, stdout, stderr, started = child_ends[:4]
         launch = iso.launch(box, self.workdir, ["-c", BOOTSTRAP_ARG, str(ctl_r), str(started)])
         try:
-            self.proc = popen_sandbox(launch, self.inner, stdin=stdin, stdout=stdout, stderr=stderr,
-                               pass_fds=(ctl_r, started))
+            self.proc = popen_sandbox(
+                launch, self.inner, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=(ctl_r, started)
+            )
         except BaseException:
             os.close(self.ctl_w)
             self._close_fds()

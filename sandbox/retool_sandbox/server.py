@@ -112,10 +112,17 @@ class SandboxApp:
         self.counters = Counters()
         self.started = time.time()
         self.state = "warming"  # "ready" once the slots and the session zygote have started (serve); then "stopping"
-        self.sessions = SessionManager(
-            executor, first_box=2 * cfg.slots, max_sessions=cfg.max_sessions, idle_timeout=cfg.session_idle_timeout,
-            memory_floor_mb=cfg.memory_floor_mb,
-        ) if cfg.max_sessions > 0 else None
+        self.sessions = (
+            SessionManager(
+                executor,
+                first_box=2 * cfg.slots,
+                max_sessions=cfg.max_sessions,
+                idle_timeout=cfg.session_idle_timeout,
+                memory_floor_mb=cfg.memory_floor_mb,
+            )
+            if cfg.max_sessions > 0
+            else None
+        )
         self.app = web.Application(client_max_size=cfg.max_request_mb * 1024 * 1024)
         self.app.router.add_post("/run_code", self.run_code)
         self.app.router.add_get("/v1/ping", self.ping)
@@ -146,33 +153,35 @@ class SandboxApp:
 
     async def health(self, request: web.Request) -> web.Response:
         iso = self.executor.isolation
-        return web.json_response({
-            "status": "ok",
-            "state": self.state,
-            "pid": os.getpid(),
-            "isolation": iso.name,
-            "mode": self.executor.mode,
-            "python": iso.interpreter.executable,
-            "python_version": iso.interpreter.version,
-            "slots": self.pool.size,
-            "uids": None if iso.uid(0) is None else [iso.uid(0), iso.uid(self.cfg.uid_count - 1)],
-            "preimport": self.executor.preimported,
-            "sessions": None if self.sessions is None else self.sessions.health(),
-            "in_flight": self.pool.in_use,
-            "queued": self.pool.queued,
-            "limits": {
-                "default_timeout": self.cfg.default_timeout,
-                "max_timeout": self.cfg.max_timeout,
-                "queue_timeout": self.cfg.queue_timeout,
-                "max_output_bytes": self.cfg.max_output_bytes,
-                "max_memory_mb": self.cfg.max_memory_mb,
-                "max_processes": self.cfg.max_processes,
-                "max_file_size_mb": self.cfg.max_file_size_mb,
-            },
-            "counters": asdict(self.counters),
-            "sandboxes": {"started": self.executor.sandboxes_started, "retired": self.executor.sandboxes_retired},
-            "uptime_s": round(time.time() - self.started, 3),
-        })
+        return web.json_response(
+            {
+                "status": "ok",
+                "state": self.state,
+                "pid": os.getpid(),
+                "isolation": iso.name,
+                "mode": self.executor.mode,
+                "python": iso.interpreter.executable,
+                "python_version": iso.interpreter.version,
+                "slots": self.pool.size,
+                "uids": None if iso.uid(0) is None else [iso.uid(0), iso.uid(self.cfg.uid_count - 1)],
+                "preimport": self.executor.preimported,
+                "sessions": None if self.sessions is None else self.sessions.health(),
+                "in_flight": self.pool.in_use,
+                "queued": self.pool.queued,
+                "limits": {
+                    "default_timeout": self.cfg.default_timeout,
+                    "max_timeout": self.cfg.max_timeout,
+                    "queue_timeout": self.cfg.queue_timeout,
+                    "max_output_bytes": self.cfg.max_output_bytes,
+                    "max_memory_mb": self.cfg.max_memory_mb,
+                    "max_processes": self.cfg.max_processes,
+                    "max_file_size_mb": self.cfg.max_file_size_mb,
+                },
+                "counters": asdict(self.counters),
+                "sandboxes": {"started": self.executor.sandboxes_started, "retired": self.executor.sandboxes_retired},
+                "uptime_s": round(time.time() - self.started, 3),
+            }
+        )
 
     def _reject(self, loc: str, msg: str) -> web.Response:
         self.counters.rejected += 1
@@ -225,8 +234,10 @@ class SandboxApp:
             outcome = RunOutcome("Error", None, None, "", "", error=f"sandbox failure: {exc!r}")
         if outcome is None:
             self.counters.queue_timeouts += 1
-            msg = (f"session {session_id!r}: no slot (or an earlier call of this session still running) within the "
-                   f"{self.cfg.queue_timeout:g} s queue timeout; retry")
+            msg = (
+                f"session {session_id!r}: no slot (or an earlier call of this session still running) within the "
+                f"{self.cfg.queue_timeout:g} s queue timeout; retry"
+            )
             return web.json_response({"status": "SandboxError", "message": msg}, status=504)
         payload = run_response(outcome)
         self._count(payload, outcome)
@@ -264,12 +275,22 @@ async def serve(cfg: ServerConfig) -> None:
     if uid_lock is not None:
         left = await asyncio.to_thread(kill_leftovers, uid_base, cfg.uid_count)
         if left:
-            log.warning("killed %d processes that a server which held uids %d.. before left running: %s", len(left),
-                        uid_base, "; ".join(left[:10]))
+            log.warning(
+                "killed %d processes that a server which held uids %d.. before left running: %s",
+                len(left),
+                uid_base,
+                "; ".join(left[:10]),
+            )
     _raise_open_files_limit(cfg)
     executor, notes = await choose_isolation(
-        cfg.isolation, interpreter, ceiling=cfg.ceiling(), uid_base=uid_base, work_root=cfg.work_root,
-        max_output_bytes=cfg.max_output_bytes, fresh=cfg.fresh_sandbox_per_run, preimport=preimport_spec(cfg.preimport),
+        cfg.isolation,
+        interpreter,
+        ceiling=cfg.ceiling(),
+        uid_base=uid_base,
+        work_root=cfg.work_root,
+        max_output_bytes=cfg.max_output_bytes,
+        fresh=cfg.fresh_sandbox_per_run,
+        preimport=preimport_spec(cfg.preimport),
     )
     try:
         await _listen(cfg, executor, interpreter, notes)
@@ -288,8 +309,14 @@ def _raise_open_files_limit(cfg: ServerConfig) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     needed = 8 * cfg.slots + 4 * cfg.max_sessions + 256
     if wanted != resource.RLIM_INFINITY and wanted < needed:
-        log.warning("the open-files limit (%d) is below the ~%d that %d slots and %d sessions may need; raise it "
-                    "(ulimit -n) or lower --max-sessions", wanted, needed, cfg.slots, cfg.max_sessions)
+        log.warning(
+            "the open-files limit (%d) is below the ~%d that %d slots and %d sessions may need; raise it "
+            "(ulimit -n) or lower --max-sessions",
+            wanted,
+            needed,
+            cfg.slots,
+            cfg.max_sessions,
+        )
 
 
 async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interpreter, notes: list[str]) -> None:
@@ -311,8 +338,11 @@ async def _listen(cfg: ServerConfig, executor: Executor, interpreter: Interprete
         site = web.TCPSite(runner, cfg.host, cfg.port)
         await site.start()
         url = _url(cfg.host, runner.addresses[0][1])
-        print(f"retool-sandbox warming up at {url}: the slots' sandboxes and the sessions' interpreter start; "
-              "/health says state warming until they have", flush=True)
+        print(
+            f"retool-sandbox warming up at {url}: the slots' sandboxes and the sessions' interpreter start; "
+            "/health says state warming until they have",
+            flush=True,
+        )
         warm = asyncio.ensure_future(executor.warm_up(sessions=cfg.max_sessions > 0))
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({warm, stopped}, return_when=asyncio.FIRST_COMPLETED)

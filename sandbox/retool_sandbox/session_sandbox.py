@@ -45,8 +45,15 @@ class SessionSandbox(ControlledSandbox):
 
     log_label = "session output"
 
-    def __init__(self, iso: Isolation, box: int, run_dir: str, limits: str,
-                 on_exit: Callable[[SessionSandbox], None] | None = None, zygote: SessionZygote | None = None) -> None:
+    def __init__(
+        self,
+        iso: Isolation,
+        box: int,
+        run_dir: str,
+        limits: str,
+        on_exit: Callable[[SessionSandbox], None] | None = None,
+        zygote: SessionZygote | None = None,
+    ) -> None:
         super().__init__(iso, box, run_dir)
         loop = asyncio.get_running_loop()
         self.ended: asyncio.Future[None] = loop.create_future()
@@ -65,8 +72,9 @@ class SessionSandbox(ControlledSandbox):
         self.interpreter_pidfd: int | None = None
         if zygote is None:
             sweep = "0" if iso.name == "none" else "1"  # kill(-1) as the server's own user would hit the server
-            launch = iso.launch(box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep],
-                                pid_1=True)
+            launch = iso.launch(
+                box, self.workdir, ["-c", SESSION_ARG, str(self.child_fd), limits, self.inner, sweep], pid_1=True
+            )
             self._start(launch, os.open(os.devnull, os.O_RDWR))
             self.pidfd = os.pidfd_open(self.proc.pid)
             loop.add_reader(self.pidfd, self._on_exit)

@@ -42,8 +42,15 @@ class SessionZygote(ControlledSandbox):
         super().__init__(iso, None, run_dir)
         self.namespaces = iso.name == "bwrap"  # each session in namespaces of its own, pid 1 of its pid namespace
         tmpfs = str(getattr(iso, "tmpfs_mb", 256) * _MB)
-        args = ["-c", ZYGOTE_ARG, str(self.child_fd), "1" if self.namespaces else "0", iso.zygote_runs(runs), tmpfs,
-                preimport]
+        args = [
+            "-c",
+            ZYGOTE_ARG,
+            str(self.child_fd),
+            "1" if self.namespaces else "0",
+            iso.zygote_runs(runs),
+            tmpfs,
+            preimport,
+        ]
         launch = iso.launch_session_zygote(self.workdir, runs, args)
         self.preimport = preimport
         self.start_error = ""

@@ -82,8 +82,9 @@ class Session:
 class SessionManager:
     """Owns every session of one server; ``run`` is called per request with a session_id."""
 
-    def __init__(self, executor: Executor, *, first_box: int, max_sessions: int, idle_timeout: float,
-                 memory_floor_mb: int = 0) -> None:
+    def __init__(
+        self, executor: Executor, *, first_box: int, max_sessions: int, idle_timeout: float, memory_floor_mb: int = 0
+    ) -> None:
         self.executor = executor
         self.max_sessions = max_sessions
         self.idle_timeout = idle_timeout
@@ -106,10 +107,14 @@ class SessionManager:
 
     def health(self) -> dict:
         return {
-            "live": self.live, "max": self.max_sessions, "idle_timeout": self.idle_timeout,
+            "live": self.live,
+            "max": self.max_sessions,
+            "idle_timeout": self.idle_timeout,
             "forked": self.executor.forks_sessions,
-            "memory_floor_mb": self.memory_floor_mb, "mem_available_mb": host.mem_available_mb(),
-            "busy": sum(1 for s in self.sessions.values() if s.busy), "free_boxes": len(self.free_boxes),
+            "memory_floor_mb": self.memory_floor_mb,
+            "mem_available_mb": host.mem_available_mb(),
+            "busy": sum(1 for s in self.sessions.values() if s.busy),
+            "free_boxes": len(self.free_boxes),
             "counters": vars(self.counters).copy(),
         }
 
@@ -140,8 +145,9 @@ class SessionManager:
             self.free_boxes.append(sandbox.box)
         else:
             self.counters.boxes_quarantined += 1
-            log.error("session sandbox %d (uid %s) could not be swept clean; its box is not reused", sandbox.box,
-                      sandbox.uid)
+            log.error(
+                "session sandbox %d (uid %s) could not be swept clean; its box is not reused", sandbox.box, sandbox.uid
+            )
         self._box_freed.set()
 
     def _end(self, session: Session, reason: str | None) -> asyncio.Task | None:
@@ -245,8 +251,10 @@ class SessionManager:
             reason = self.lost.pop(session.id, None)
             if reason is not None:
                 self.counters.lost_notices += 1
-                note = (f"session {session.id!r} lost its state: {reason}. This code ran in a new, empty session; "
-                        "define again what it needs")
+                note = (
+                    f"session {session.id!r} lost its state: {reason}. This code ran in a new, empty session; "
+                    "define again what it needs"
+                )
         sandbox = session.sandbox
         session.cells += 1
         self.counters.cells += 1
@@ -335,8 +343,9 @@ class SessionManager:
                 continue
             self.counters.evicted_idle += 1
             count += 1
-            self._end(session, f"it was idle for more than {self.idle_timeout:g} s (--session-idle-timeout) and "
-                               "was evicted")
+            self._end(
+                session, f"it was idle for more than {self.idle_timeout:g} s (--session-idle-timeout) and was evicted"
+            )
         return count
 
     async def relieve_memory(self) -> int:
@@ -352,19 +361,30 @@ class SessionManager:
             if not victims:
                 if not self._memory_low_told:  # once per spell of low memory, not every second
                     self._memory_low_told = True
-                    log.warning("host memory is low (MemAvailable %d MiB < --session-memory-floor-mb %d) and no "
-                                "session is idle to evict", available, self.memory_floor_mb)
+                    log.warning(
+                        "host memory is low (MemAvailable %d MiB < --session-memory-floor-mb %d) and no "
+                        "session is idle to evict",
+                        available,
+                        self.memory_floor_mb,
+                    )
                 break
             victim = victims[0]
             self.counters.evicted_memory += 1
             count += 1
-            log.warning("host memory is low (MemAvailable %d MiB < --session-memory-floor-mb %d): evicting idle "
-                        "session %r", available, self.memory_floor_mb, victim.id)
-            cleanup = self._end(victim, (
-                f"host memory ran low (MemAvailable {available} MiB, below --session-memory-floor-mb "
-                f"{self.memory_floor_mb}) and it was the least recently used idle session, idle for "
-                f"{time.monotonic() - victim.last_used:.0f} s"
-            ))
+            log.warning(
+                "host memory is low (MemAvailable %d MiB < --session-memory-floor-mb %d): evicting idle session %r",
+                available,
+                self.memory_floor_mb,
+                victim.id,
+            )
+            cleanup = self._end(
+                victim,
+                (
+                    f"host memory ran low (MemAvailable {available} MiB, below --session-memory-floor-mb "
+                    f"{self.memory_floor_mb}) and it was the least recently used idle session, idle for "
+                    f"{time.monotonic() - victim.last_used:.0f} s"
+                ),
+            )
             if cleanup is not None:
                 await asyncio.wait([cleanup], timeout=10)
         return count
@@ -413,8 +433,10 @@ def _how(sandbox: SessionSandbox) -> str:
     if code is None:
         return "it stopped answering"
     if code < 0:
-        hint = {-9: "SIGKILL: the memory limit, a CPU-time limit or an external kill",
-                -24: "SIGXCPU: its CPU-time budget was used up"}.get(code, "")
+        hint = {
+            -9: "SIGKILL: the memory limit, a CPU-time limit or an external kill",
+            -24: "SIGXCPU: its CPU-time budget was used up",
+        }.get(code, "")
         return f"killed by signal {-code}" + (f", {hint}" if hint else "")
     return f"exit code {code}"
 

@@ -23,12 +23,11 @@ PROBE = (
 
 # What bubblewrap says when the kernel or a container's profiles will not let it make namespaces, mounts or its
 # loopback; docs/sandbox.md ("Containers") has the flags.
-_DENIED = ("Operation not permitted", "Permission denied", "No permissions to create new namespace",
-           "loopback: Failed")
+_DENIED = ("Operation not permitted", "Permission denied", "No permissions to create new namespace", "loopback: Failed")
 CONTAINER_HINT = (
     " (inside a container bubblewrap needs the container started with --privileged, or with --cap-add CAP_SYS_ADMIN "
     "--cap-add CAP_NET_ADMIN and its syscall filter and AppArmor profile unconfined: see docs/sandbox.md, "
-    "\"Containers\")"
+    '"Containers")'
 )
 
 
@@ -57,15 +56,23 @@ async def self_test(executor: Executor) -> str | None:
 
 
 async def try_tier(
-    tier: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False, preimport: str = "",
+    tier: str,
+    interpreter: Interpreter,
+    *,
+    ceiling: Limits,
+    uid_base: int,
+    work_root: str | None,
+    max_output_bytes: int,
+    fresh: bool = False,
+    preimport: str = "",
 ) -> tuple[Executor | None, str | None]:
     """An executor for ``tier`` if its checks and self-test pass, else (None, the reason)."""
     if tier not in TIERS:
         raise IsolationUnavailable(f"unknown isolation tier {tier!r}; choose auto, {', '.join(TIERS)}")
     try:
-        executor = Executor(make_isolation(tier, interpreter, uid_base), ceiling, work_root, max_output_bytes, fresh,
-                            preimport)
+        executor = Executor(
+            make_isolation(tier, interpreter, uid_base), ceiling, work_root, max_output_bytes, fresh, preimport
+        )
     except IsolationUnavailable as exc:
         return None, str(exc)
     reason = await self_test(executor)
@@ -78,8 +85,15 @@ async def try_tier(
 
 
 async def choose_isolation(
-    requested: str, interpreter: Interpreter, *, ceiling: Limits, uid_base: int, work_root: str | None,
-    max_output_bytes: int, fresh: bool = False, preimport: str = "",
+    requested: str,
+    interpreter: Interpreter,
+    *,
+    ceiling: Limits,
+    uid_base: int,
+    work_root: str | None,
+    max_output_bytes: int,
+    fresh: bool = False,
+    preimport: str = "",
 ) -> tuple[Executor, list[str]]:
     """Build the executor for ``requested`` ('auto' = strongest tier whose self-test passes; 'none' only if named).
 
@@ -88,13 +102,20 @@ async def choose_isolation(
     notes: list[str] = []
     for tier in ["bwrap", "rlimit"] if requested == "auto" else [requested]:
         executor, reason = await try_tier(
-            tier, interpreter, ceiling=ceiling, uid_base=uid_base, work_root=work_root,
-            max_output_bytes=max_output_bytes, fresh=fresh, preimport=preimport,
+            tier,
+            interpreter,
+            ceiling=ceiling,
+            uid_base=uid_base,
+            work_root=work_root,
+            max_output_bytes=max_output_bytes,
+            fresh=fresh,
+            preimport=preimport,
         )
         if executor is not None:
             return executor, notes
         notes.append(f"{tier}: {reason}")
     raise IsolationUnavailable(
-        "no usable isolation tier:\n  " + "\n  ".join(notes)
+        "no usable isolation tier:\n  "
+        + "\n  ".join(notes)
         + "\nInstall bubblewrap (scripts/install_system_packages.sh) or, for trusted code only, --isolation none."
     )

@@ -99,9 +99,15 @@ class _Helper:
 
     def _start(self) -> subprocess.Popen:
         # Its own session: a process-group kill aimed at a sandbox never reaches it; stdin's end makes it exit.
-        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _HELPER, str(ANSWER_TIMEOUT_S / 2), str(_TRIES)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={}, cwd="/", close_fds=True,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _HELPER, str(ANSWER_TIMEOUT_S / 2), str(_TRIES)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={},
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
 
     def _stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -175,5 +181,7 @@ def signal_uid(uid: int, sig: str) -> None:
 
 def helper_pids() -> list[int | None]:
     """Each pooled helper's pid while it runs, else None (for tests)."""
-    return [proc.pid if proc is not None and proc.poll() is None else None
-            for proc in (helper.proc for helper in _pool.helpers)]
+    return [
+        proc.pid if proc is not None and proc.poll() is None else None
+        for proc in (helper.proc for helper in _pool.helpers)
+    ]

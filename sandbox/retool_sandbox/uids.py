@@ -90,8 +90,10 @@ def _private_dir(path: str) -> None:
         os.makedirs(path, mode=0o700)
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
-        raise IsolationUnavailable(f"{path} must be a directory owned by root and writable only by it (it holds the "
-                                   "sandbox uid reservations); remove it and start again")
+        raise IsolationUnavailable(
+            f"{path} must be a directory owned by root and writable only by it (it holds the "
+            "sandbox uid reservations); remove it and start again"
+        )
 
 
 def _lock_registry(fd: int, lock_dir: str) -> None:
@@ -102,8 +104,10 @@ def _lock_registry(fd: int, lock_dir: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise IsolationUnavailable(f"{lock_dir}/registry.lock stayed locked for {REGISTRY_WAIT_S:g} s; is a "
-                                           "retool-sandbox stuck while starting?") from None
+                raise IsolationUnavailable(
+                    f"{lock_dir}/registry.lock stayed locked for {REGISTRY_WAIT_S:g} s; is a "
+                    "retool-sandbox stuck while starting?"
+                ) from None
             time.sleep(0.05)
 
 
@@ -134,6 +138,7 @@ def _live_ranges(lock_dir: str) -> list[range]:
 
 def _mapped_ids() -> list[range]:
     """The uids this process can switch to: those its user namespace maps, for uids and gids alike."""
+
     def read(path: str) -> list[range]:
         try:
             with open(path) as fh:
@@ -141,6 +146,7 @@ def _mapped_ids() -> list[range]:
             return [range(int(inside), int(inside) + int(length)) for inside, _, length in rows]
         except (OSError, ValueError):
             return [range(2**32 - 1)]
+
     gids = read("/proc/self/gid_map")
     return [_overlap(u, g) for u in read("/proc/self/uid_map") for g in gids if _overlap(u, g)]
 
@@ -154,15 +160,21 @@ def _choose(count: int, base: int | None, taken: list[range], mapped: list[range
     if base is not None:
         wanted = range(base, base + count)
         if 65534 in wanted or 65535 in wanted:
-            raise IsolationUnavailable(f"sandbox uids {base}..{wanted[-1]} include nobody (65534) or the 16-bit -1 "
-                                       "(65535); pick another --uid-base")
+            raise IsolationUnavailable(
+                f"sandbox uids {base}..{wanted[-1]} include nobody (65534) or the 16-bit -1 "
+                "(65535); pick another --uid-base"
+            )
         if not any(_overlap(wanted, m) == wanted for m in mapped):
-            raise IsolationUnavailable(f"sandbox uids {base}..{wanted[-1]} are not all mapped in this user namespace "
-                                       "(/proc/self/uid_map); pick another --uid-base")
+            raise IsolationUnavailable(
+                f"sandbox uids {base}..{wanted[-1]} are not all mapped in this user namespace "
+                "(/proc/self/uid_map); pick another --uid-base"
+            )
         clash = next((r for r in taken if _overlap(wanted, r)), None)
         if clash is not None:
-            raise IsolationUnavailable(f"sandbox uids {base}..{wanted[-1]} overlap {clash[0]}..{clash[-1]} of another "
-                                       "retool-sandbox on this host; pick another --uid-base")
+            raise IsolationUnavailable(
+                f"sandbox uids {base}..{wanted[-1]} overlap {clash[0]}..{clash[-1]} of another "
+                "retool-sandbox on this host; pick another --uid-base"
+            )
         return base
     for region in (HIGH_UIDS, LOW_UIDS):
         for segment in filter(None, (_overlap(region, m) for m in mapped)):

@@ -63,8 +63,11 @@ def bwrap_nonroot_url():
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv is not installed: run scripts/install_system_packages.sh")
     as_nobody = [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    userns = subprocess.run([*as_nobody, "bwrap", "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "true"],
-                            capture_output=True, text=True)
+    userns = subprocess.run(
+        [*as_nobody, "bwrap", "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        text=True,
+    )
     if userns.returncode != 0:
         pytest.skip(f"unprivileged bubblewrap does not work on this host: {userns.stderr.strip()}")
     opts = dict(isolation="auto", slots=2, default_timeout=20, max_timeout=20, python=python)
@@ -82,8 +85,9 @@ def rlimit_url():
     python = unprivileged_python()
     if python is None:
         pytest.skip("no interpreter reachable by an unprivileged uid")
-    with running_sandbox(isolation="rlimit", slots=2, default_timeout=20, max_timeout=20, python=python,
-                         env={"RETOOL_SECRET": SECRET}) as url:
+    with running_sandbox(
+        isolation="rlimit", slots=2, default_timeout=20, max_timeout=20, python=python, env={"RETOOL_SECRET": SECRET}
+    ) as url:
         yield url
 
 

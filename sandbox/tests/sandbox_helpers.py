@@ -18,8 +18,7 @@ SECRET = "retool-test-secret-5a1f"
 
 # Every test call: no retries (the tests look at 504s themselves), memory_limit_MB -1 (the server's maximum, what a
 # request without the field gets), and a run timeout above every test server's --max-timeout, which clamps it.
-TEST_POLICY = ClientPolicy(run_timeout=60, memory_limit_mb=-1, queue_timeout_s=60, max_retries=0,
-                           reconnect_budget_s=0)
+TEST_POLICY = ClientPolicy(run_timeout=60, memory_limit_mb=-1, queue_timeout_s=60, max_retries=0, reconnect_budget_s=0)
 
 
 def call(base: str, code: str, **fields: Any) -> Reply:

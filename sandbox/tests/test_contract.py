@@ -71,7 +71,8 @@ def test_pypi_client_files_roundtrip(bwrap_url):
     )
     helper = base64.b64encode(b"def total(xs):\n    return sum(xs)\n").decode()
     resp = client_run(
-        bwrap_url, code=code,
+        bwrap_url,
+        code=code,
         files={"data/in.txt": data, "helper.py": helper, "out/.keep": ""},
         fetch_files=["out/sum.txt", "missing.txt"],
     )
@@ -82,26 +83,30 @@ def test_pypi_client_files_roundtrip(bwrap_url):
 def test_pypi_client_rejects_other_languages(bwrap_url):
     # The PyPI sandbox-fusion client on purpose (see client_run).
     with pytest.raises(Exception, match="422"):
-        run_code(RunCodeRequest(code="int main(){}", language="cpp"), endpoint=bwrap_url, max_attempts=1,
-                 client_timeout=30)
+        run_code(
+            RunCodeRequest(code="int main(){}", language="cpp"), endpoint=bwrap_url, max_attempts=1, client_timeout=30
+        )
 
 
 def test_verl_raw_payload(bwrap_url):
     # Byte-for-byte what verl's sandbox helper sends (json.dumps of this dict, these headers): a raw POST that
     # imitates verl's client on purpose, not the recipe's.
-    payload = json.dumps({
-        "compile_timeout": 30,
-        "run_timeout": 30,
-        "code": "import numpy as np\nimport threading\nt = threading.Thread(target=print, args=('thread ok',))\n"
-                "t.start(); t.join()\nprint(int(np.arange(10).sum()))",
-        "stdin": None,
-        "memory_limit_MB": 1024,
-        "language": "python",
-        "files": {},
-        "fetch_files": [],
-    })
+    payload = json.dumps(
+        {
+            "compile_timeout": 30,
+            "run_timeout": 30,
+            "code": "import numpy as np\nimport threading\nt = threading.Thread(target=print, args=('thread ok',))\n"
+            "t.start(); t.join()\nprint(int(np.arange(10).sum()))",
+            "stdin": None,
+            "memory_limit_MB": 1024,
+            "language": "python",
+            "files": {},
+            "fetch_files": [],
+        }
+    )
     req = urllib.request.Request(
-        bwrap_url + "/run_code", data=payload.encode(),
+        bwrap_url + "/run_code",
+        data=payload.encode(),
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=70) as resp:
@@ -187,23 +192,49 @@ def test_non_utf8_output_is_replaced(bwrap_url):
 
 
 def test_cli_help():
-    out = subprocess.run([sys.executable, "-m", "retool_sandbox", "serve", "--help"], capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "retool_sandbox", "serve", "--help"], capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 0
-    for flag in ("--slots", "--isolation", "--default-timeout", "--max-timeout", "--max-output-bytes",
-                 "--queue-timeout", "--python"):
+    for flag in (
+        "--slots",
+        "--isolation",
+        "--default-timeout",
+        "--max-timeout",
+        "--max-output-bytes",
+        "--queue-timeout",
+        "--python",
+    ):
         assert flag in out.stdout
 
 
 # The capabilities Docker gives a container's root by default (no --privileged, no --cap-add).
-DOCKER_DEFAULT_CAPS = ("chown", "dac_override", "fsetid", "fowner", "mknod", "net_raw", "setgid", "setuid", "setfcap",
-                       "setpcap", "net_bind_service", "sys_chroot", "kill", "audit_write")
+DOCKER_DEFAULT_CAPS = (
+    "chown",
+    "dac_override",
+    "fsetid",
+    "fowner",
+    "mknod",
+    "net_raw",
+    "setgid",
+    "setuid",
+    "setfcap",
+    "setpcap",
+    "net_bind_service",
+    "sys_chroot",
+    "kill",
+    "audit_write",
+)
 
 
 def _probe_with_capabilities(*caps: str) -> dict:
     bounding = "--bounding-set=-all" + "".join(f",+{cap}" for cap in caps)
-    done = subprocess.run(["setpriv", bounding, sys.executable, "-m", "retool_sandbox", "probe"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["setpriv", bounding, sys.executable, "-m", "retool_sandbox", "probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["tiers"]
 
@@ -236,9 +267,25 @@ def test_with_more_slots_than_cores_health_says_warming_until_a_session_can_be_s
     url = f"http://127.0.0.1:{unused_tcp_port}"
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "retool_sandbox", "serve", "--host", "127.0.0.1", "--port",
-                                   str(unused_tcp_port), "--slots", "8", "--isolation", "bwrap"],
-                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "retool_sandbox",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(unused_tcp_port),
+                "--slots",
+                "8",
+                "--isolation",
+                "bwrap",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         client = SandboxClient(url, ClientPolicy(run_timeout=30, max_retries=0, reconnect_budget_s=0))
         states = []

@@ -41,15 +41,20 @@ def _leftovers(url: str) -> list[tuple[int, int]]:
     read). A fork server runs as root, so in fork mode an idle server has no process of these uids at all."""
     uids = _slot_uids(url)
     if uids is None:  # same uid as the server: look below it for anything that is not a sandbox or a spare
-        return [(pid, -1) for pid in descendants(get(url + "/health")["pid"])
-                if b"retool-bootstrap" not in _cmdline(pid)]
+        return [
+            (pid, -1) for pid in descendants(get(url + "/health")["pid"]) if b"retool-bootstrap" not in _cmdline(pid)
+        ]
     procs = uid_processes(uids)
     per_uid: dict[int, list[int]] = {}
     for pid, uid in procs:
         per_uid.setdefault(uid, []).append(pid)
     # A spare is a single process per uid whose command line runs the bootstrap.
-    return [(pid, uid) for uid, pids in per_uid.items() for pid in pids
-            if len(pids) > 1 or b"retool-bootstrap" not in _cmdline(pid)]
+    return [
+        (pid, uid)
+        for uid, pids in per_uid.items()
+        for pid in pids
+        if len(pids) > 1 or b"retool-bootstrap" not in _cmdline(pid)
+    ]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -100,8 +105,10 @@ def test_sleep_past_timeout_returns_partial_output(tier_url):
 
 def test_timeout_ignoring_sigint_is_still_killed(tier_url):
     tier, url = tier_url
-    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('stubborn', flush=True)\n" \
-           "while True:\n    time.sleep(0.01)"
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('stubborn', flush=True)\n"
+        "while True:\n    time.sleep(0.01)"
+    )
     body = run(url, code, run_timeout=1)
     assert body["run_result"]["status"] == "TimeLimitExceeded"
     assert body["run_result"]["stdout"] == "stubborn\n"
@@ -211,14 +218,19 @@ def test_localhost_is_the_sandboxs_own_loopback(bwrap_tier_url):
     assert body["status"] == "Success", body
     lines = body["run_result"]["stdout"].splitlines()
     assert lines[:2] == ["localhost 200", "127.0.0.1 200"], lines
-    assert lines[2:8] == [f"{name} False" for name in ("passwd", "group", "resolv.conf", "nsswitch.conf",
-                                                       "hostname", "shadow")], lines
+    assert lines[2:8] == [
+        f"{name} False" for name in ("passwd", "group", "resolv.conf", "nsswitch.conf", "hostname", "shadow")
+    ], lines
     hosts = "\n".join(lines[8:]) + "\n"
     assert hosts == (SANDBOX_ETC / "hosts").read_text()
     entries = [line.split() for line in lines[8:] if line.strip() and not line.startswith("#")]
     assert entries and all(ipaddress.ip_address(entry[0]).is_loopback for entry in entries)
-    host_names = {name for line in Path("/etc/hosts").read_text().splitlines() if not line.startswith("#")
-                  for name in line.split()[1:]} - {name for entry in entries for name in entry[1:]}
+    host_names = {
+        name
+        for line in Path("/etc/hosts").read_text().splitlines()
+        if not line.startswith("#")
+        for name in line.split()[1:]
+    } - {name for entry in entries for name in entry[1:]}
     assert not host_names & set(hosts.split())  # the host's own names (its hostname, its peers) are not there
 
 

@@ -14,8 +14,10 @@ from retool_sandbox.spawn import running_sandbox
 
 # `retool-sandbox serve` in a process that sees a 320-core host (an Atlas A3 node's Kunpeng CPUs): host.cores is
 # what the server reads for its defaults.
-AS_320_CORES = ("import sys\nimport retool_sandbox.host as host\nhost.cores = lambda: 320\n"
-                "from retool_sandbox.cli import main\nsys.exit(main(sys.argv[sys.argv.index('serve'):]))")
+AS_320_CORES = (
+    "import sys\nimport retool_sandbox.host as host\nhost.cores = lambda: 320\n"
+    "from retool_sandbox.cli import main\nsys.exit(main(sys.argv[sys.argv.index('serve'):]))"
+)
 
 
 def _call(url: str, code: str, **fields) -> tuple[int | None, dict | None, str, float]:
@@ -44,7 +46,10 @@ def test_many_parallel_requests_none_lost(bwrap_url):
     for (code, _, (status, run_status, stdout)), (http, body, problem, _) in zip(jobs, results):
         assert http == 200, problem
         assert (body["status"], body["run_result"]["status"], body["run_result"]["stdout"]) == (
-            status, run_status, stdout), code
+            status,
+            run_status,
+            stdout,
+        ), code
     health = get(bwrap_url + "/health")
     assert health["counters"]["requests"] - before == 40
     assert health["in_flight"] == 0 and health["queued"] == 0

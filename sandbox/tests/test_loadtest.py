@@ -33,9 +33,21 @@ from retool_sandbox.load_settings import LoadSettings
 
 # Programs that take tens of milliseconds on an idle host (an error exit and a 300 KB output among them), so a short
 # timeout tells the burst's spinning programs from the rest even on a loaded host.
-QUICK = tuple(p for p in PROGRAMS if p.name in {
-    "sympy factorint", "combinatorics", "exact fractions", "mpmath digits", "arithmetic", "table of values",
-    "prints a lot (300 KB)", "traceback (a model's typo)"})
+QUICK = tuple(
+    p
+    for p in PROGRAMS
+    if p.name
+    in {
+        "sympy factorint",
+        "combinatorics",
+        "exact fractions",
+        "mpmath digits",
+        "arithmetic",
+        "table of values",
+        "prints a lot (300 KB)",
+        "traceback (a model's typo)",
+    }
+)
 # About a second of CPU: long enough for a fault to find it running.
 LONG = tuple(p for p in PROGRAMS if p.name == "loop over cases")
 
@@ -56,14 +68,21 @@ def shared_url(tmp_path_factory):
 
 def _settings(url: str, session_mode: str = "stateless", timeout: float = 10) -> LoadSettings:
     """The tool's client, with shorter waits between retries; a restart is ridden out, as with the tool, for 60 s."""
-    policy = ClientPolicy(run_timeout=timeout, max_retries=3, retry_backoff_s=0.2, reconnect_budget_s=60,
-                          queue_timeout_s=10, http_timeout_margin_s=5)
+    policy = ClientPolicy(
+        run_timeout=timeout,
+        max_retries=3,
+        retry_backoff_s=0.2,
+        reconnect_budget_s=60,
+        queue_timeout_s=10,
+        http_timeout_margin_s=5,
+    )
     return LoadSettings(policy=policy, session_mode=session_mode)
 
 
 def _load(url: str, spec: LoadSpec, settings: LoadSettings, programs, strike=None) -> dict:
     """Run the load test; ``strike(test)`` (a coroutine) runs alongside it. Returns the summary, with the server's
     own view of MemAvailable at each sample under ``server_mem_available``."""
+
     async def both():
         test = LoadTest(url, spec, settings, programs=programs, sample_s=0.5, cpu_every_s=0.5, pss_every_s=2.0)
         run = asyncio.ensure_future(test.run())
@@ -72,16 +91,27 @@ def _load(url: str, spec: LoadSpec, settings: LoadSettings, programs, strike=Non
         return await run
 
     result = asyncio.run(both())
-    return {**summarize(result), "server_mem_available": [
-        s.health["sessions"]["mem_available_mb"] for s in result.samples
-        if s.health and isinstance(s.health.get("sessions"), dict)]}
+    return {
+        **summarize(result),
+        "server_mem_available": [
+            s.health["sessions"]["mem_available_mb"]
+            for s in result.samples
+            if s.health and isinstance(s.health.get("sessions"), dict)
+        ],
+    }
 
 
 def _assert_nothing_lost(summary: dict) -> None:
     calls = summary["calls"]
     assert calls["ended"] == calls["planned"] > 0, calls
-    assert (calls["lost"], calls["hung"], calls["crashed"], calls["wrong"], calls["false_timeout"],
-            calls["over_deadline"]) == (0, 0, 0, 0, 0, 0), calls
+    assert (
+        calls["lost"],
+        calls["hung"],
+        calls["crashed"],
+        calls["wrong"],
+        calls["false_timeout"],
+        calls["over_deadline"],
+    ) == (0, 0, 0, 0, 0, 0), calls
     assert calls["killed"] == 0 or summary.get("fault"), calls
 
 
@@ -90,9 +120,28 @@ def test_the_short_load_test_through_the_command_line(shared_url, tmp_path, mode
     before = get(shared_url + "/health")["sessions"]["counters"]
     out = tmp_path / "load.json"
     done = subprocess.run(
-        [sys.executable, "-m", "retool_sandbox", "loadtest", "--url", shared_url, "--trajectories", "16",
-         "--session-mode", mode, "--tokens-per-s", "2000", "--baseline-calls", "0", "--json", str(out)],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "retool_sandbox",
+            "loadtest",
+            "--url",
+            shared_url,
+            "--trajectories",
+            "16",
+            "--session-mode",
+            mode,
+            "--tokens-per-s",
+            "2000",
+            "--baseline-calls",
+            "0",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     health = get(shared_url + "/health")
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(out.read_text())["summary"]
@@ -119,8 +168,9 @@ def test_the_sandbox_killed_and_restarted_mid_run(tmp_path):
             await test.wait_for_calls(6, timeout=120)
             os.kill(pid, signal.SIGKILL)  # its sandboxes die with it (bubblewrap's --die-with-parent)
             await asyncio.sleep(1.0)
-            second = await asyncio.to_thread(restarted.enter_context,
-                                             _server(tmp_path, preimport="none", port=urlsplit(url).port))
+            second = await asyncio.to_thread(
+                restarted.enter_context, _server(tmp_path, preimport="none", port=urlsplit(url).port)
+            )
             assert second == url
 
         summary = _load(url, spec, _settings(url, "per_trajectory"), QUICK, kill_and_restart)
@@ -233,8 +283,13 @@ def test_sessions_that_do_not_fit_in_memory_give_way_and_say_so(tmp_path):
     programs = tuple(p for p in PROGRAMS if p.name in {"numpy eigenvalues", "exact fractions", "mpmath digits"})
     spec = LoadSpec(trajectories=10, session_mode="per_trajectory", num_turns_mean=8.0, tokens_per_s=400, seed=6)
     env = {"RETOOL_TEST_ROOM_MB": "80", "RETOOL_TEST_FLOOR_MB": "1000"}
-    with _server(tmp_path, server=[sys.executable, "-c", ON_A_SMALL_NODE], env=env, preimport="none",
-                 session_memory_floor_mb=1000) as url:
+    with _server(
+        tmp_path,
+        server=[sys.executable, "-c", ON_A_SMALL_NODE],
+        env=env,
+        preimport="none",
+        session_memory_floor_mb=1000,
+    ) as url:
         summary = _load(url, spec, _settings(url, "per_trajectory"), programs)
         health = get(url + "/health")
     _assert_nothing_lost(summary)
@@ -312,9 +367,28 @@ def test_another_run_code_server_is_measured_and_the_programs_it_fails_are_its_f
             time.sleep(0.1)
         out = tmp_path / "load.json"
         done = subprocess.run(
-            [sys.executable, "-m", "retool_sandbox", "loadtest", "--url", url, "--trajectories", "48",
-             "--tokens-per-s", "50000", "--baseline-calls", "0", "--timeout", "5", "--json", str(out)],
-            capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "retool_sandbox",
+                "loadtest",
+                "--url",
+                url,
+                "--trajectories",
+                "48",
+                "--tokens-per-s",
+                "50000",
+                "--baseline-calls",
+                "0",
+                "--timeout",
+                "5",
+                "--json",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -76,8 +76,9 @@ def test_no_pauses_given_lengths_and_a_timeout_burst():
 
 def _reply(status: str, stdout: str = "", rc: int | None = 0) -> Reply:
     run_status = {"timeout": "TimeLimitExceeded"}.get(status, "Finished")
-    return Reply(status, {"status": "Success", "run_result": {"status": run_status, "stdout": stdout,
-                                                              "return_code": rc}})
+    return Reply(
+        status, {"status": "Success", "run_result": {"status": run_status, "stdout": stdout, "return_code": rc}}
+    )
 
 
 def test_a_reply_is_judged_against_the_idle_sandbox():
@@ -108,17 +109,27 @@ def test_throughput_while_saturated_counts_only_busy_time():
 
 def _result(records, samples, spec=None, calibration=None, planned=None) -> LoadResult:
     spec = spec or LoadSpec(trajectories=4)
-    return LoadResult(spec=spec, settings=LoadSettings(), url="http://127.0.0.1:1",
-                      health={"slots": 2, "isolation": "bwrap", "mode": "fork"},
-                      calibration=calibration or {"p": Calibration("ok", 0.1, 10, "x", 100)}, records=records,
-                      samples=samples, planned_calls=len(records) if planned is None else planned,
-                      wall_s=max(r.end for r in records), client_cpu_s=0.5, server_pid=1)
+    return LoadResult(
+        spec=spec,
+        settings=LoadSettings(),
+        url="http://127.0.0.1:1",
+        health={"slots": 2, "isolation": "bwrap", "mode": "fork"},
+        calibration=calibration or {"p": Calibration("ok", 0.1, 10, "x", 100)},
+        records=records,
+        samples=samples,
+        planned_calls=len(records) if planned is None else planned,
+        wall_s=max(r.end for r in records),
+        client_cpu_s=0.5,
+        server_pid=1,
+    )
 
 
 def test_the_summary_counts_lost_calls_and_the_verdict_says_no():
     records = [_record(i, i + 1, 1, execution_s=0.5) for i in range(20)]
-    samples = [Sample(0, {"slots": 2}, 1000, cpu_s=0.0, pss_mib=100), Sample(20, {"slots": 2}, 900, cpu_s=4.0,
-                                                                               pss_mib=150)]
+    samples = [
+        Sample(0, {"slots": 2}, 1000, cpu_s=0.0, pss_mib=100),
+        Sample(20, {"slots": 2}, 900, cpu_s=4.0, pss_mib=150),
+    ]
     good = summarize(_result(records, samples))
     assert good["calls"]["lost"] == 0 and good["cpu"]["per_call_s"] == pytest.approx(0.2)
     assert good["memory"]["pss_peak_mib"] == 150 and good["server_wait_s"]["p50"] == pytest.approx(0.5)
@@ -135,9 +146,15 @@ def test_the_summary_counts_lost_calls_and_the_verdict_says_no():
 def test_per_session_memory_is_the_growth_over_the_live_sessions():
     records = [_record(0, 1, 1)]
     sessions = {"live": 0, "counters": {"started": 0, "evicted_memory": 0}}
-    samples = [Sample(0, {"slots": 2, "sessions": sessions}, 1000, pss_mib=100),
-               Sample(5, {"slots": 2, "sessions": {"live": 10, "counters": {"started": 12, "evicted_memory": 2}}},
-                      800, pss_mib=400)]
+    samples = [
+        Sample(0, {"slots": 2, "sessions": sessions}, 1000, pss_mib=100),
+        Sample(
+            5,
+            {"slots": 2, "sessions": {"live": 10, "counters": {"started": 12, "evicted_memory": 2}}},
+            800,
+            pss_mib=400,
+        ),
+    ]
     summary = summarize(_result(records, samples, spec=LoadSpec(trajectories=4, session_mode="per_trajectory")))
     assert summary["memory"]["per_session_mib"] == pytest.approx(30) and summary["memory"]["sessions_peak"] == 10
     assert summary["sessions"] == {"started": 12, "evicted_memory": 2}
@@ -159,8 +176,14 @@ async def test_a_call_is_given_up_once_it_spent_its_call_deadline_on_the_sandbox
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
     monkeypatch.setattr(client_module, "MAX_BACKOFF_S", 0.05)
-    policy = ClientPolicy(run_timeout=1, queue_timeout_s=0, http_timeout_margin_s=0.5, max_retries=0,
-                          retry_backoff_s=0.05, reconnect_budget_s=5)
+    policy = ClientPolicy(
+        run_timeout=1,
+        queue_timeout_s=0,
+        http_timeout_margin_s=0.5,
+        max_retries=0,
+        retry_backoff_s=0.05,
+        reconnect_budget_s=5,
+    )
     assert policy.call_deadline() == pytest.approx(1.55 + 5)
     try:
         started = time.monotonic()
@@ -231,7 +254,7 @@ def test_the_sandbox_modules_import_one_another_without_a_circle():
     done: set[str] = set()
 
     def visit(module: str, stack: tuple[str, ...]) -> None:
-        assert module not in stack, f"import circle: {' -> '.join((*stack[stack.index(module):], module))}"
+        assert module not in stack, f"import circle: {' -> '.join((*stack[stack.index(module) :], module))}"
         if module not in done:
             for other in sorted(graph[module]):
                 visit(other, (*stack, module))
@@ -247,9 +270,11 @@ def test_the_summary_says_how_much_of_the_host_cpu_went_to_the_kernel():
     from retool_sandbox.load_report import render
 
     records = [_record(i, i + 1, 1, execution_s=0.5) for i in range(4)]
-    samples = [Sample(0, {"slots": 2}, 1000, cpu_s=0.0, host_cpu_s=(100.0, 50.0)),
-               Sample(2, {"slots": 2}, 1000, host_cpu_s=(103.0, 51.0)),
-               Sample(4, {"slots": 2}, 1000, cpu_s=2.0, host_cpu_s=(106.0, 52.0))]
+    samples = [
+        Sample(0, {"slots": 2}, 1000, cpu_s=0.0, host_cpu_s=(100.0, 50.0)),
+        Sample(2, {"slots": 2}, 1000, host_cpu_s=(103.0, 51.0)),
+        Sample(4, {"slots": 2}, 1000, cpu_s=2.0, host_cpu_s=(106.0, 52.0)),
+    ]
     summary = summarize(_result(records, samples))
     assert summary["cpu"]["host_kernel_share"] == pytest.approx(0.25)  # 2 of 8 busy seconds
     assert "host CPU in the kernel: 25% of what the host used" in render(summary)

@@ -77,8 +77,14 @@ def tier_url(request):
         python = unprivileged_python()
         if python is None:
             pytest.skip("no interpreter reachable by an unprivileged uid")
-    with _server(isolation=tier, slots=1, max_sessions=2, session_idle_timeout=120, python=python,
-                 fresh_sandbox_per_run=bool(fresh)) as base:
+    with _server(
+        isolation=tier,
+        slots=1,
+        max_sessions=2,
+        session_idle_timeout=120,
+        python=python,
+        fresh_sandbox_per_run=bool(fresh),
+    ) as base:
         assert get(base + "/health")["sessions"]["forked"] is not bool(fresh)
         yield tier, base
 
@@ -92,12 +98,21 @@ def _wait_boxes_free(base: str, free: int, timeout: float = 10) -> None:
 
 def test_state_persists_within_a_session(url):
     s = sid()
-    first = cell(url, s, "import math\nx = 41\ndef f(n):\n    return n / 0 if n < 0 else n + 1\n"
-                         "open('notes.txt', 'w').write('kept')\nimport os\nos.makedirs('sub')\nos.chdir('sub')")
+    first = cell(
+        url,
+        s,
+        "import math\nx = 41\ndef f(n):\n    return n / 0 if n < 0 else n + 1\n"
+        "open('notes.txt', 'w').write('kept')\nimport os\nos.makedirs('sub')\nos.chdir('sub')",
+    )
     assert first["status"] == "Success", first
-    body = cell(url, s, "print(f(x), round(math.pi, 2), open('../notes.txt').read(), os.path.basename(os.getcwd()))\n"
-                        "print(open('../data.txt').read())",
-                files={"data.txt": "c2VudA=="}, fetch_files=["notes.txt"])
+    body = cell(
+        url,
+        s,
+        "print(f(x), round(math.pi, 2), open('../notes.txt').read(), os.path.basename(os.getcwd()))\n"
+        "print(open('../data.txt').read())",
+        files={"data.txt": "c2VudA=="},
+        fetch_files=["notes.txt"],
+    )
     assert body["status"] == "Success", body
     assert out(body) == "42 3.14 kept sub\nsent\n"
     assert body["files"] == {"notes.txt": "a2VwdA=="}
@@ -120,10 +135,12 @@ def test_sessions_never_share_state(tier_url):
     tier, base = tier_url
     a, b = sid(), sid()
     marker = uuid.uuid4().hex[:12]
-    litter = (f"import os, subprocess, sys\nsecret = '{marker}'\nos.retool_leak = '{marker}'\n"
-              f"os.environ['RETOOL_LEAK'] = '{marker}'\nopen('/tmp/{marker}', 'w').write('{marker}')\n"
-              f"open('/dev/shm/{marker}', 'w').write('{marker}')\nopen('left.txt', 'w').write('{marker}')\n"
-              "print(os.getuid())")
+    litter = (
+        f"import os, subprocess, sys\nsecret = '{marker}'\nos.retool_leak = '{marker}'\n"
+        f"os.environ['RETOOL_LEAK'] = '{marker}'\nopen('/tmp/{marker}', 'w').write('{marker}')\n"
+        f"open('/dev/shm/{marker}', 'w').write('{marker}')\nopen('left.txt', 'w').write('{marker}')\n"
+        "print(os.getuid())"
+    )
     look = (
         "import json, os\n"
         "def readable(path):\n"
@@ -138,7 +155,13 @@ def test_sessions_never_share_state(tier_url):
     seen = json.loads(out(cell(base, b, look)))
     assert seen["uid"] != uid_a
     assert {k: seen[k] for k in ("secret", "module", "env", "tmp", "shm", "workdir")} == {
-        "secret": None, "module": None, "env": None, "tmp": None, "shm": None, "workdir": []}
+        "secret": None,
+        "module": None,
+        "env": None,
+        "tmp": None,
+        "shm": None,
+        "workdir": [],
+    }
     # Close b first, so that a's box is the next one handed out (free boxes are a stack).
     assert close(base, b) == {"closed": True}
     _wait_boxes_free(base, 1)
@@ -150,7 +173,13 @@ def test_sessions_never_share_state(tier_url):
     seen = json.loads(out(cell(base, sid(), look)))
     assert seen["uid"] == uid_a
     assert {k: seen[k] for k in ("secret", "module", "env", "tmp", "shm", "workdir")} == {
-        "secret": None, "module": None, "env": None, "tmp": None, "shm": None, "workdir": []}
+        "secret": None,
+        "module": None,
+        "env": None,
+        "tmp": None,
+        "shm": None,
+        "workdir": [],
+    }
 
 
 def _session_uid(base: str, session: str) -> int:
@@ -195,8 +224,9 @@ def test_timeout_interrupts_the_cell_and_keeps_the_session(url):
     assert "KeyboardInterrupt" in body["run_result"]["stderr"] and "state is kept" in body["message"]
     assert out(cell(url, s, "print(kept)")) == "7\n"
     # A cell that ignores the interrupt is killed with its session, which says so on the next call.
-    body = cell(url, s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
-                run_timeout=1)
+    body = cell(
+        url, s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", run_timeout=1
+    )
     assert body["run_result"]["status"] == "TimeLimitExceeded" and "state is lost" in body["message"]
     body = cell(url, s, "print(kept)")
     assert "did not stop at its timeout" in body["run_result"]["stderr"] and "NameError" in body["run_result"]["stderr"]
@@ -220,11 +250,13 @@ def _cpu_ticks(pid: int) -> int:
 
 def test_an_idle_session_is_stopped_and_its_children_are_gone(url):
     s = sid()
-    code = ("import os, subprocess, sys, threading\nuid = os.getuid()\n"
-            "def spin():\n    while True:\n        pass\n"
-            "threading.Thread(target=spin, daemon=True).start()\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
-            "print(uid)")
+    code = (
+        "import os, subprocess, sys, threading\nuid = os.getuid()\n"
+        "def spin():\n    while True:\n        pass\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "print(uid)"
+    )
     uid = int(out(cell(url, s, code)))
     deadline = time.monotonic() + 5
     while set(_states(uid).values()) != {"T"} and time.monotonic() < deadline:
@@ -440,8 +472,11 @@ def test_sessions_without_root(bwrap_nonroot_url):
     server_pid = get(bwrap_nonroot_url + "/health")["pid"]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        sessions = [pid for pid in descendants(server_pid) if b"_retool_session" in _cmdline(pid)
-                    and not _exe(pid).endswith("/bwrap")]
+        sessions = [
+            pid
+            for pid in descendants(server_pid)
+            if b"_retool_session" in _cmdline(pid) and not _exe(pid).endswith("/bwrap")
+        ]
         if sessions and {_state(pid) for pid in sessions} == {"T"}:
             break
         time.sleep(0.05)
@@ -457,12 +492,14 @@ def test_sessions_without_root(bwrap_nonroot_url):
 def test_a_session_that_forges_reports_only_ends_itself(url):
     a, b = sid(), sid()
     cell(url, b, "kept = 'b'")
-    forge = ("import os, socket, stat\n"
-             "for fd in map(int, os.listdir('/proc/self/fd')):\n"
-             "    try:\n        mode = os.fstat(fd).st_mode\n    except OSError:\n        continue\n"
-             "    if stat.S_ISSOCK(mode):\n"
-             "        socket.socket(fileno=os.dup(fd)).send(b'R forged')\n"
-             "print('sent')")
+    forge = (
+        "import os, socket, stat\n"
+        "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+        "    try:\n        mode = os.fstat(fd).st_mode\n    except OSError:\n        continue\n"
+        "    if stat.S_ISSOCK(mode):\n"
+        "        socket.socket(fileno=os.dup(fd)).send(b'R forged')\n"
+        "print('sent')"
+    )
     body = cell(url, a, forge)
     assert "out of turn" in body["message"] and "state is lost" in body["message"], body
     body = cell(url, a, "print(1)")
@@ -506,8 +543,12 @@ def test_forked_sessions_are_preimported_and_isolated_from_each_other(url):
     assert seen[a]["uid"] != seen[b]["uid"] and seen[a]["draws"][0] != seen[b]["draws"][0]
     assert seen[a]["draws"][1] != seen[b]["draws"][1]
     # a's listener (still open: it is a's state) cannot be reached from b's network namespace.
-    body = cell(url, b, f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {seen[a]['port']}), 2)\n"
-                        "    print('reached')\nexcept OSError as exc:\n    print(type(exc).__name__)")
+    body = cell(
+        url,
+        b,
+        f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {seen[a]['port']}), 2)\n"
+        "    print('reached')\nexcept OSError as exc:\n    print(type(exc).__name__)",
+    )
     assert out(body) == "ConnectionRefusedError\n"
     assert close(url, a) == {"closed": True} and close(url, b) == {"closed": True}
 
@@ -515,8 +556,13 @@ def test_forked_sessions_are_preimported_and_isolated_from_each_other(url):
 def _zygote(server_pid: int) -> int:
     """The session zygote below the server: the root process that runs the zygote's code (its sessions, forks of it,
     run as their own uids)."""
-    found = [pid for pid in descendants(server_pid) if b"_retool_zygote" in _cmdline(pid)
-             and not _exe(pid).endswith("/bwrap") and os.stat(f"/proc/{pid}").st_uid == 0]
+    found = [
+        pid
+        for pid in descendants(server_pid)
+        if b"_retool_zygote" in _cmdline(pid)
+        and not _exe(pid).endswith("/bwrap")
+        and os.stat(f"/proc/{pid}").st_uid == 0
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -619,13 +665,17 @@ def test_a_forked_session_is_stopped_and_killed_through_its_pidfd_not_by_uid(tmp
         pytest.skip("forked sessions need a root server with bubblewrap")
     by_uid = []
     request = uid_signals._pool.request
-    monkeypatch.setattr(uid_signals._pool, "request", lambda uid, signum, passes: (
-        by_uid.append(signal.Signals(signum).name), request(uid, signum, passes))[1])
+    monkeypatch.setattr(
+        uid_signals._pool,
+        "request",
+        lambda uid, signum, passes: (by_uid.append(signal.Signals(signum).name), request(uid, signum, passes))[1],
+    )
 
     async def scenario() -> None:
         first, lock = reserve_uids(8)
-        executor = Executor(make_isolation("bwrap", Interpreter.probe(sys.executable), first),
-                            Limits(None, 20, 64, 16), str(tmp_path))
+        executor = Executor(
+            make_isolation("bwrap", Interpreter.probe(sys.executable), first), Limits(None, 20, 64, 16), str(tmp_path)
+        )
         try:
             session = executor.start_session(4, None)
             await session.wait_ready()
@@ -638,14 +688,23 @@ def test_a_forked_session_is_stopped_and_killed_through_its_pidfd_not_by_uid(tmp
                 assert list(states.values()) == ["T"], states  # the interpreter alone, stopped
             assert [o.stdout for o in outcomes] == ["", "42\n"]
             assert by_uid == []
-            spinning = "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\n" \
-                       "while True:\n    pass"
+            spinning = (
+                "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+                "while True:\n    pass"
+            )
             outcome = await executor.run_cell(session, RunSpec(spinning, 1))
             assert outcome.status == "TimeLimitExceeded" and by_uid == ["SIGINT"]
             uid = range(session.uid, session.uid + 1)
-            busy = asyncio.ensure_future(executor.run_cell(session, RunSpec(
-                "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
-                "time.sleep(30)", 60)))
+            busy = asyncio.ensure_future(
+                executor.run_cell(
+                    session,
+                    RunSpec(
+                        "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+                        "time.sleep(30)",
+                        60,
+                    ),
+                )
+            )
             deadline = time.monotonic() + 10
             while len(uid_processes(uid)) < 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -679,9 +738,13 @@ def test_a_forked_session_still_sees_an_interpreter_that_lives_under_tmp():
         python = str(tmp_path / "py" / "bin" / "python")
         with _server(slots=1, max_sessions=2, python=python) as base:
             assert get(base + "/health")["sessions"]["forked"] is True
-            body = cell(base, sid(), "import fractions, os, subprocess, sys\nprint(sys.prefix, os.listdir('/tmp'))\n"
-                                     "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
-                                     " text=True).stdout, end='')\nopen('/tmp/mine', 'w').write('x')")
+            body = cell(
+                base,
+                sid(),
+                "import fractions, os, subprocess, sys\nprint(sys.prefix, os.listdir('/tmp'))\n"
+                "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
+                " text=True).stdout, end='')\nopen('/tmp/mine', 'w').write('x')",
+            )
             assert body["status"] == "Success", body
             prefix, _, rest = out(body).partition(" ")
             assert prefix == str(tmp_path / "py") and out(body).endswith("\n7\n") and "'mine'" not in rest

@@ -64,24 +64,34 @@ def test_parse_clamps_timeout_and_memory():
     assert spec.timeout_s == 30 and spec.memory_mb == 1024
     spec = parse_run_request({"code": "1", "language": "python", "memory_limit_MB": -1, "stdin": None}, cfg)
     assert spec.timeout_s == 10 and spec.memory_mb == 2048 and spec.stdin is None
-    spec = parse_run_request({"code": "1", "language": "python", "memory_limit_MB": 10**6,
-                              "files": {"a.txt": base64.b64encode(b"hi").decode()}}, cfg)
+    spec = parse_run_request(
+        {
+            "code": "1",
+            "language": "python",
+            "memory_limit_MB": 10**6,
+            "files": {"a.txt": base64.b64encode(b"hi").decode()},
+        },
+        cfg,
+    )
     assert spec.memory_mb == 2048 and spec.files == {"a.txt": b"hi"}
     unlimited = ServerConfig(max_memory_mb=0)
     assert parse_run_request({"code": "1", "language": "python"}, unlimited).memory_mb is None
 
 
-@pytest.mark.parametrize("body,loc", [
-    ([], "body"),
-    ({"language": "python"}, "code"),
-    ({"code": 1, "language": "python"}, "code"),
-    ({"code": "1", "language": "cpp"}, "language"),
-    ({"code": "1", "language": "python", "run_timeout": 0}, "run_timeout"),
-    ({"code": "1", "language": "python", "run_timeout": True}, "run_timeout"),
-    ({"code": "1", "language": "python", "stdin": 5}, "stdin"),
-    ({"code": "1", "language": "python", "files": []}, "files"),
-    ({"code": "1", "language": "python", "fetch_files": "a.txt"}, "fetch_files"),
-])
+@pytest.mark.parametrize(
+    "body,loc",
+    [
+        ([], "body"),
+        ({"language": "python"}, "code"),
+        ({"code": 1, "language": "python"}, "code"),
+        ({"code": "1", "language": "cpp"}, "language"),
+        ({"code": "1", "language": "python", "run_timeout": 0}, "run_timeout"),
+        ({"code": "1", "language": "python", "run_timeout": True}, "run_timeout"),
+        ({"code": "1", "language": "python", "stdin": 5}, "stdin"),
+        ({"code": "1", "language": "python", "files": []}, "files"),
+        ({"code": "1", "language": "python", "fetch_files": "a.txt"}, "fetch_files"),
+    ],
+)
 def test_parse_rejects_bad_fields(body, loc):
     with pytest.raises(RequestError) as err:
         parse_run_request(body, ServerConfig())
@@ -201,7 +211,8 @@ def test_uid_ranges_of_servers_never_overlap(tmp_path):
     os.close(first_lock)  # that server exited: its range is free again, its lock file is cleared away
     again, again_lock = reserve_uids(big, lock_dir=lock_dir)
     assert again == first and sorted(os.listdir(lock_dir)) == sorted(
-        ["registry.lock", f"{first}-{big}.lock", f"{second}-{big}.lock"])
+        ["registry.lock", f"{first}-{big}.lock", f"{second}-{big}.lock"]
+    )
     os.close(second_lock), os.close(again_lock)
 
 
@@ -224,8 +235,14 @@ def test_memory_eviction_takes_the_least_recently_used_idle_session_first():
             setattr(made, key, value)
         return made
 
-    sessions = [session("new", 30.0), session("old", 10.0), session("running", 1.0, busy=True),
-                session("called", 2.0, waiting=1), session("middle", 20.0), Session("ended", last_used=0.0)]
+    sessions = [
+        session("new", 30.0),
+        session("old", 10.0),
+        session("running", 1.0, busy=True),
+        session("called", 2.0, waiting=1),
+        session("middle", 20.0),
+        Session("ended", last_used=0.0),
+    ]
     assert [s.id for s in idle_by_age(sessions)] == ["old", "middle", "new"]
 
 
@@ -294,12 +311,14 @@ def test_a_new_server_kills_what_an_exited_server_left_in_its_uid_range():
 def _stopped(procs: list[subprocess.Popen], expected: list[bool]) -> list[bool]:
     """Whether each process is stopped, once that is ``expected`` or 5 s passed (a signal lands when its target
     is next scheduled, which on a busy host can take a while)."""
+
     def states() -> list[bool]:
         out = []
         for proc in procs:
             with open(f"/proc/{proc.pid}/status") as fh:
                 out.append(next(line.split()[1] for line in fh if line.startswith("State:")) == "T")
         return out
+
     seen, deadline = states(), time.monotonic() + 5
     while seen != expected and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -316,8 +335,9 @@ def test_a_uid_is_signalled_through_the_helper_and_no_other_uid_is():
     if os.geteuid() != 0:
         pytest.skip("only root signals as another uid")
     target, other = HIGH_UIDS.stop - 100, HIGH_UIDS.stop - 99
-    procs = [subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[])
-             for uid in (target, target, other)]
+    procs = [
+        subprocess.Popen(["sleep", "300"], user=uid, group=uid, extra_groups=[]) for uid in (target, target, other)
+    ]
     try:
         signal_uid(target, "STOP")
         assert _stopped(procs, [True, True, False]) == [True, True, False]

@@ -167,7 +167,7 @@ def argument_problems(parser: argparse.ArgumentParser, args: Sequence[str]) -> l
                 values = [value]
             else:
                 count = _value_count(action, args[i:])
-                values, i = list(args[i:i + count]), i + count
+                values, i = list(args[i : i + count]), i + count
             problems += _value_problems(parser.prog, flag, action, values)
             continue
         subcommands = _subcommands(parser)

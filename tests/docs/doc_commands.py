@@ -69,8 +69,24 @@ PATH_WORD = re.compile(r"[\w.+@%-][\w.+@%*?{},\[\]/-]*")
 OVERRIDE = re.compile(r"(?P<prefix>[+~]{0,2})(?P<key>[A-Za-z_][\w.@-]*)=(?P<value>.*)")
 PYTHON = re.compile(r"(.*/)?python(3(\.\d+)?)?|\"?\$\{?PYTHON\}?\"?")
 LAUNCHER = re.compile(r"\./run_\w+\.sh|(\./)?scripts/launch\.sh")
-COMMON_TOOLS = {"python", "python3", "pip", "pytest", "curl", "git", "bash", "sh", "tensorboard", "ray", "flock", "cd",
-                "ls", "cat", "export", "torchrun"}
+COMMON_TOOLS = {
+    "python",
+    "python3",
+    "pip",
+    "pytest",
+    "curl",
+    "git",
+    "bash",
+    "sh",
+    "tensorboard",
+    "ray",
+    "flock",
+    "cd",
+    "ls",
+    "cat",
+    "export",
+    "torchrun",
+}
 WRAPPERS = {"sudo", "time", "nohup", "exec", "env"}
 # A repository shell script that hands its arguments to a module: `exec "$PYTHON" -m retool.npu_install "$@"`.
 HANDS_OVER = re.compile(r"^\s*(?:exec\s+)?\S+\s+-m\s+(retool(?:\.\w+)*)\b[^\n]*\"\$@\"", re.M)
@@ -97,11 +113,13 @@ class Report:
     def summary(self) -> str:
         c = self.counts
         commands = c["console"] + c["launcher"] + c["make"] + c["other"]
-        return (f"docs-check: {commands} commands checked in {c['pages']} pages ({c['console']} console-script "
-                f"calls, {c['launcher']} launcher dry-runs in {c['runs']} runs, {c['make']} make targets, "
-                f"{c['other']} other tools' commands for their paths); {c['paths']} repository paths and "
-                f"{c['numbers']} quoted numbers checked; {c['elsewhere']} blocks for another machine checked "
-                f"without their placeholders, {c['skipped']} blocks of other tools marked skip")
+        return (
+            f"docs-check: {commands} commands checked in {c['pages']} pages ({c['console']} console-script "
+            f"calls, {c['launcher']} launcher dry-runs in {c['runs']} runs, {c['make']} make targets, "
+            f"{c['other']} other tools' commands for their paths); {c['paths']} repository paths and "
+            f"{c['numbers']} quoted numbers checked; {c['elsewhere']} blocks for another machine checked "
+            f"without their placeholders, {c['skipped']} blocks of other tools marked skip"
+        )
 
 
 class Project:
@@ -110,10 +128,16 @@ class Project:
     def __init__(self, repo: Path = REPO):
         self.repo = repo
         # the recipe's console scripts and those of the sandbox, its own distribution in sandbox/ (retool-sandbox)
-        self.scripts = {name: script for pyproject in (repo / "pyproject.toml", repo / "sandbox" / "pyproject.toml")
-                        for name, script in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()}
-        listed = subprocess.run(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard"],
-                                capture_output=True, text=True)
+        self.scripts = {
+            name: script
+            for pyproject in (repo / "pyproject.toml", repo / "sandbox" / "pyproject.toml")
+            for name, script in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()
+        }
+        listed = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            text=True,
+        )
         names = listed.stdout.split() if listed.returncode == 0 else [p.name for p in repo.iterdir()]
         self.top = {n.split("/")[0] for n in names} - OUTPUTS
         makefile = (repo / "Makefile").read_text()
@@ -160,8 +184,11 @@ class Project:
         if first in OUTPUTS or first in ("", ".", "..") or is_placeholder(path.replace("*", "")):
             return False, None
         if first in self.top or ("/" not in path and path.endswith(".sh")):
-            missing = [p for p in _braces(path) if not (any(self.repo.glob(p)) if re.search(r"[*?\[]", p)
-                                                         else (self.repo / p).exists())]
+            missing = [
+                p
+                for p in _braces(path)
+                if not (any(self.repo.glob(p)) if re.search(r"[*?\[]", p) else (self.repo / p).exists())
+            ]
             return True, (f"{', '.join(missing)} does not exist in the repository" if missing else None)
         near = difflib.get_close_matches(first, sorted(self.top), n=1, cutoff=0.8)
         if near and "/" in path:
@@ -176,15 +203,19 @@ def _is_tool(command: SimpleCommand) -> bool:
 
 
 def _is_override_line(command: SimpleCommand) -> bool:
-    return not command.env and len(command.words) == 1 and "." in command.words[0].partition("=")[0] \
+    return (
+        not command.env
+        and len(command.words) == 1
+        and "." in command.words[0].partition("=")[0]
         and bool(OVERRIDE.fullmatch(command.words[0]))
+    )
 
 
 def _braces(path: str) -> list[str]:
     match = re.search(r"\{([^{}]*,[^{}]*)\}", path)
     if not match:
         return [path]
-    return [p for alt in match[1].split(",") for p in _braces(path[:match.start()] + alt + path[match.end():])]
+    return [p for alt in match[1].split(",") for p in _braces(path[: match.start()] + alt + path[match.end() :])]
 
 
 def _path_words(words: tuple[str, ...]) -> list[str]:
@@ -230,15 +261,23 @@ class _Checker:
             commands = simple_commands(console_commands(block))
             if marked.get(block.line) == SKIP:
                 if any(self.project.is_project_command(c) for c in commands):
-                    self.problem(page, block.line - 1, "a skip marker hides commands of this project: mark the block "
-                                                       "<!-- docs-check: elsewhere (reason) --> so their arguments "
-                                                       "are still checked")
+                    self.problem(
+                        page,
+                        block.line - 1,
+                        "a skip marker hides commands of this project: mark the block "
+                        "<!-- docs-check: elsewhere (reason) --> so their arguments "
+                        "are still checked",
+                    )
                 continue
             if block.lang == "" and any(self.project.is_project_command(c) or _is_tool(c) for c in commands):
                 self.problem(page, block.line, "an untagged fenced block holds commands: tag it ```bash")
             elif block.lang == "" and commands and all(_is_override_line(c) for c in commands):
-                self.problem(page, block.line, "a block of bare Hydra overrides is not checked: show them on a "
-                                               "launcher command in a ```bash block (DRY_RUN=1 ./run_... key=value)")
+                self.problem(
+                    page,
+                    block.line,
+                    "a block of bare Hydra overrides is not checked: show them on a "
+                    "launcher command in a ```bash block (DRY_RUN=1 ./run_... key=value)",
+                )
             if block.lang in SHELL_LANGS:
                 self.commands(page, commands, block.first_line - 1, marked.get(block.line) == ELSEWHERE)
         for span, commands in spans:
@@ -255,15 +294,23 @@ class _Checker:
         marked = {}
         for marker in page.markers:
             if marker.reason is None:
-                self.problem(page, marker.line, f"a docs-check marker without a reason, or misspelt: {marker.text} "
-                                                "(write <!-- docs-check: elsewhere (the machine it needs) --> or "
-                                                "<!-- docs-check: skip (why it cannot be checked) -->)")
+                self.problem(
+                    page,
+                    marker.line,
+                    f"a docs-check marker without a reason, or misspelt: {marker.text} "
+                    "(write <!-- docs-check: elsewhere (the machine it needs) --> or "
+                    "<!-- docs-check: skip (why it cannot be checked) -->)",
+                )
             elif marker.line + 1 in fences or marker.line + 1 in command_lines:
                 marked[marker.line + 1] = marker.kind
                 self.report.counts["skipped" if marker.kind == SKIP else "elsewhere"] += 1
             else:
-                self.problem(page, marker.line, f"{marker.kind} marker marks nothing: put it on the line right before "
-                                                "the opening fence or the line with the inline command")
+                self.problem(
+                    page,
+                    marker.line,
+                    f"{marker.kind} marker marks nothing: put it on the line right before "
+                    "the opening fence or the line with the inline command",
+                )
         return marked
 
     def commands(self, page: Page, commands: list[SimpleCommand], offset: int, elsewhere: bool = False) -> None:
@@ -308,15 +355,20 @@ class _Checker:
         for message in argument_problems(parser, args):
             self.problem(page, line, message)
 
-    def launcher(self, page: Page, line: int, launcher: str, env: dict[str, str], args: tuple[str, ...],
-                 elsewhere: bool = False) -> None:
+    def launcher(
+        self, page: Page, line: int, launcher: str, env: dict[str, str], args: tuple[str, ...], elsewhere: bool = False
+    ) -> None:
         env = {k: v for k, v in env.items() if k not in ("DRY_RUN", "PYTHON")}
         if elsewhere:  # a value only the other machine gives: the launcher's DRY_RUN stand-in takes its place
             env = {k: v for k, v in env.items() if not is_placeholder(v)}
         unknown = [w for w in (*args, *env.values()) if "<" in w or "..." in w]
         if unknown:
-            self.problem(page, line, f"{launcher}: placeholder {unknown[0]!r} cannot be dry-run: give a real value "
-                                     "or mark the block <!-- docs-check: skip (reason) -->")
+            self.problem(
+                page,
+                line,
+                f"{launcher}: placeholder {unknown[0]!r} cannot be dry-run: give a real value "
+                "or mark the block <!-- docs-check: skip (reason) -->",
+            )
             return
         overrides = args[1:] if launcher == "scripts/launch.sh" else args
         self.dry_runs.append((page.name, line, (launcher, tuple(sorted(env.items())), args), overrides))
@@ -331,8 +383,9 @@ class _Checker:
             proc = _DRY_RUNS[key]
             command = " ".join([*(f"{k}={v}" for k, v in key[1]), f"DRY_RUN=1 ./{key[0]}", *key[2]])
             if proc.returncode != 0:
-                self.report.problems.append(Problem(name, line, f"{command} exited {proc.returncode}: "
-                                                                f"{_error_lines(proc.stderr)}"))
+                self.report.problems.append(
+                    Problem(name, line, f"{command} exited {proc.returncode}: {_error_lines(proc.stderr)}")
+                )
                 continue
             for message in unapplied_overrides(self.project.repo, overrides, proc.stdout):
                 self.report.problems.append(Problem(name, line, f"{command}: {message}"))
@@ -360,14 +413,18 @@ class _Checker:
 def _dry_run(repo: Path, launcher: str, env: tuple, args: tuple[str, ...]) -> subprocess.CompletedProcess:
     base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
     full_env = {**base, **dict(env), "DRY_RUN": "1", "PYTHON": sys.executable}
-    return subprocess.run([str(repo / launcher), *args], cwd=repo, env=full_env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [str(repo / launcher), *args], cwd=repo, env=full_env, capture_output=True, text=True, timeout=900
+    )
 
 
 def _error_lines(stderr: str) -> str:
     """The launcher's error without its DRY_RUN warnings and Hydra's boilerplate."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.lower().startswith("warning")
-             and "HYDRA_FULL_ERROR" not in ln]
+    lines = [
+        ln.strip()
+        for ln in stderr.splitlines()
+        if ln.strip() and not ln.lower().startswith("warning") and "HYDRA_FULL_ERROR" not in ln
+    ]
     return " | ".join(lines[-3:]) or "(no error text)"
 
 
@@ -378,8 +435,12 @@ def unapplied_overrides(repo: Path, overrides: tuple[str, ...], stdout: str) -> 
     problems = []
     for override in overrides:
         match = OVERRIDE.fullmatch(override)
-        if (not match or "~" in match["prefix"] or re.search(r"[${}\[\],'\"<]", match["value"])
-                or (repo / "configs" / match["key"].replace(".", "/")).is_dir()):
+        if (
+            not match
+            or "~" in match["prefix"]
+            or re.search(r"[${}\[\],'\"<]", match["value"])
+            or (repo / "configs" / match["key"].replace(".", "/")).is_dir()
+        ):
             continue  # config-group choices, deletions, interpolations and lists are Hydra's to judge
         node = config
         for part in match["key"].split("."):

@@ -48,8 +48,9 @@ def _made(command: SimpleCommand) -> set[str]:
     return made
 
 
-def missing_folder_problems(commands: list[SimpleCommand], folders: set[str], page: str,
-                            first_line: int) -> list[Problem]:
+def missing_folder_problems(
+    commands: list[SimpleCommand], folders: set[str], page: str, first_line: int
+) -> list[Problem]:
     """Redirections of ``commands`` (in the order they run) into a folder neither the clone nor an earlier
     ``mkdir`` made. ``first_line`` is the page line of the text's line 1."""
     made: set[str] = set()
@@ -57,13 +58,25 @@ def missing_folder_problems(commands: list[SimpleCommand], folders: set[str], pa
     for command in commands:
         for op, target in command.redirects:
             folder = posixpath.dirname(target.removeprefix("./"))
-            if (op not in FILE_REDIRECTIONS or not folder or folder.startswith(("/", "~", ".."))
-                    or "$" in folder or "<" in folder or folder in folders or folder in made):
+            if (
+                op not in FILE_REDIRECTIONS
+                or not folder
+                or folder.startswith(("/", "~", ".."))
+                or "$" in folder
+                or "<" in folder
+                or folder in folders
+                or folder in made
+            ):
                 continue
-            problems.append(Problem(page, first_line + command.line - 1,
-                                    f"{' '.join(command.words[:3])} ... {op} {target}: the shell opens {target} before "
-                                    f"the command runs, and a fresh clone has no {folder}/: create it earlier in the "
-                                    f"same block (mkdir -p {folder} && ...)"))
+            problems.append(
+                Problem(
+                    page,
+                    first_line + command.line - 1,
+                    f"{' '.join(command.words[:3])} ... {op} {target}: the shell opens {target} before "
+                    f"the command runs, and a fresh clone has no {folder}/: create it earlier in the "
+                    f"same block (mkdir -p {folder} && ...)",
+                )
+            )
         made |= _made(command)
     return problems
 

@@ -85,7 +85,7 @@ def read_page(path: Path, name: str) -> Page:
             start, indent, fence, lang = open_fence
             prose[index] = ""
             if line.strip().startswith(fence[0] * len(fence)) and set(line.strip()) == {fence[0]}:
-                body = [b[len(indent):] if b.startswith(indent) else b.lstrip() for b in lines[start + 1:index]]
+                body = [b[len(indent) :] if b.startswith(indent) else b.lstrip() for b in lines[start + 1 : index]]
                 page.blocks.append(Block(start + 1, lang, "\n".join(body), start + 2))
                 open_fence = None
     for index, line in enumerate(prose):
@@ -95,7 +95,7 @@ def read_page(path: Path, name: str) -> Page:
             page.markers.append(Marker(index + 1, reason or None, line.strip(), known["kind"] if known else SKIP))
         end = 0
         for quote in QUOTE.finditer(line):
-            numbers = NUMBER.findall(line[end:quote.start()])
+            numbers = NUMBER.findall(line[end : quote.start()])
             page.quotes.append(Quote(index + 1, numbers[-1] if numbers else None, quote["file"], quote["section"]))
             end = quote.end()
     text = "\n".join(prose)

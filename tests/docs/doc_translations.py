@@ -61,9 +61,10 @@ def _unmatched(one: Page, other: Page, project: Project) -> list[Problem]:
     problems = []
     blocks, other_blocks = _blocks(one), Counter({k: len(v) for k, v in _blocks(other).items()})
     for commands, lines in blocks.items():
-        for line in lines[other_blocks[commands]:]:
-            problems.append(Problem(one.name, line, f"this command block has no counterpart in {other.name}: "
-                                                    f"{_shown(commands)}"))
+        for line in lines[other_blocks[commands] :]:
+            problems.append(
+                Problem(one.name, line, f"this command block has no counterpart in {other.name}: {_shown(commands)}")
+            )
     other_inline = _inline(other, project)
     for commands, line in _inline(one, project).items():
         if commands not in other_inline:
@@ -114,8 +115,9 @@ def translation_problems(root: Path, names: list[str], project: Project) -> tupl
         chinese = chinese_name(name)
         if chinese in names:
             english_page, chinese_page = read_page(root / name, name), read_page(root / chinese, chinese)
-            problems += _unmatched(english_page, chinese_page, project) + _unmatched(chinese_page, english_page,
-                                                                                     project)
+            problems += _unmatched(english_page, chinese_page, project) + _unmatched(
+                chinese_page, english_page, project
+            )
             problems += figure_problems(english_page, chinese_page, name in SUMMARIES)
             pairs += 1
     return problems, pairs

@@ -56,10 +56,10 @@ def _tokens(text: str) -> list[_Token]:
 
     while i < len(text):
         ch = text[i]
-        if ch == "\\" and text[i + 1:i + 2] == "\n":
+        if ch == "\\" and text[i + 1 : i + 2] == "\n":
             i, line = i + 2, line + 1
         elif ch == "\\":
-            start_word().append(text[i + 1:i + 2])
+            start_word().append(text[i + 1 : i + 2])
             i += 2
         elif ch == "\n":
             end_word()
@@ -82,13 +82,13 @@ def _tokens(text: str) -> list[_Token]:
         elif ch == "'":
             end = text.find("'", i + 1)
             end = len(text) if end < 0 else end
-            start_word().append(text[i + 1:end])
+            start_word().append(text[i + 1 : end])
             line += text.count("\n", i, end)
             i = end + 1
         elif ch == '"':
             buf, i = start_word(), i + 1
             while i < len(text) and text[i] != '"':
-                if text[i] == "\\" and text[i + 1:i + 2] in ('"', "\\", "$", "`"):
+                if text[i] == "\\" and text[i + 1 : i + 2] in ('"', "\\", "$", "`"):
                     i += 1
                 line += text[i] == "\n"
                 buf.append(text[i])

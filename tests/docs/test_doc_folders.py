@@ -43,13 +43,16 @@ def test_the_sandbox_line_without_mkdir_is_reported(tmp_path, folders):
     assert "a fresh clone has no runs/" in problems[0].message and "mkdir -p runs" in problems[0].message
 
 
-@pytest.mark.parametrize("block", [
-    "mkdir -p runs && nohup retool-sandbox serve >> runs/sandbox.log 2>&1 &",
-    "mkdir -p runs/logs\nretool-eval --help > runs/logs/eval.txt",
-    "retool-report --help > docs/x.txt 2>&1",       # a folder of the clone
-    "retool-sandbox serve >> /shared/logs/s.log &",  # the reader's folder
-    "retool-sandbox serve > sandbox.log 2>&1 &",     # the current folder
-])
+@pytest.mark.parametrize(
+    "block",
+    [
+        "mkdir -p runs && nohup retool-sandbox serve >> runs/sandbox.log 2>&1 &",
+        "mkdir -p runs/logs\nretool-eval --help > runs/logs/eval.txt",
+        "retool-report --help > docs/x.txt 2>&1",  # a folder of the clone
+        "retool-sandbox serve >> /shared/logs/s.log &",  # the reader's folder
+        "retool-sandbox serve > sandbox.log 2>&1 &",  # the current folder
+    ],
+)
 def test_made_or_existing_folders_pass(tmp_path, folders, block):
     assert planted(tmp_path, folders, block) == []
 

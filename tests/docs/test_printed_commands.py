@@ -84,14 +84,17 @@ def test_documented_commands_after_rl_are_the_printed_ones(reference_config, tmp
     for page, line, run, _, command in shown:
         words = command.words
         profile = words[words.index("--profile") + 1] if "--profile" in words else "reference"
-        expected = {printed_kind(c): c for c in printed(run, steps.get(run, "130"), profile, reference_config,
-                                                         tmp_path, monkeypatch)}
+        expected = {
+            printed_kind(c): c
+            for c in printed(run, steps.get(run, "130"), profile, reference_config, tmp_path, monkeypatch)
+        }
         kind = printed_kind(command)
         kinds.add(kind)
         if (command.env, command.words) != (expected[kind].env, expected[kind].words):
             problems.append(f"{page}:{line}: {' '.join(words)}\n  printed: {' '.join(expected[kind].words)}")
-    docs_summary(f"docs-check: {len(shown)} documented report/merge/eval commands compared with what the RL stage "
-                 "prints")
+    docs_summary(
+        f"docs-check: {len(shown)} documented report/merge/eval commands compared with what the RL stage prints"
+    )
     assert kinds == {"eval", "report", "merge"} and len(shown) >= 6
     assert not problems, "the RL stage prints other commands than the pages show:\n" + "\n".join(problems)
 

@@ -6,10 +6,12 @@ from shell_words import SimpleCommand, simple_commands
 
 
 def test_continuations_comments_chains_and_environment_prefixes():
-    text = ("# set up\n"
-            "git clone <this repo> retool && cd retool   # then\n"
-            "MODEL_PATH=/m X='a b' ./run_x.sh \\\n"
-            "    trainer.steps=130 2>&1 | tee log.txt; echo done &\n")
+    text = (
+        "# set up\n"
+        "git clone <this repo> retool && cd retool   # then\n"
+        "MODEL_PATH=/m X='a b' ./run_x.sh \\\n"
+        "    trainer.steps=130 2>&1 | tee log.txt; echo done &\n"
+    )
     assert simple_commands(text) == [
         SimpleCommand(2, (), ("git", "clone", "<this repo>", "retool")),
         SimpleCommand(2, (), ("cd", "retool")),
@@ -20,12 +22,13 @@ def test_continuations_comments_chains_and_environment_prefixes():
 
 
 def test_quotes_hashes_inside_words_redirections_and_here_documents():
-    text = ('curl -d \'{"code": "print(1)  # not a comment"}\' url#frag > out.json\n'
-            'cat <<EOF > f.txt\nretool-eval --not-a-command\nEOF\n'
-            'echo "a \\"b\\" $(date +%s)" < in.txt\n')
+    text = (
+        'curl -d \'{"code": "print(1)  # not a comment"}\' url#frag > out.json\n'
+        "cat <<EOF > f.txt\nretool-eval --not-a-command\nEOF\n"
+        'echo "a \\"b\\" $(date +%s)" < in.txt\n'
+    )
     assert simple_commands(text) == [
-        SimpleCommand(1, (), ("curl", "-d", '{"code": "print(1)  # not a comment"}', "url#frag"),
-                      ((">", "out.json"),)),
+        SimpleCommand(1, (), ("curl", "-d", '{"code": "print(1)  # not a comment"}', "url#frag"), ((">", "out.json"),)),
         SimpleCommand(2, (), ("cat",), (("<<", "EOF"), (">", "f.txt"))),
         SimpleCommand(5, (), ("echo", 'a "b" $(date +%s)'), (("<", "in.txt"),)),
     ]

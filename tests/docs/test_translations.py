@@ -43,7 +43,7 @@ def test_a_block_missing_from_the_chinese_page_is_reported(tmp_path):
     lines, blocks = _chinese_copy(tmp_path)
     first = blocks[0]
     end = first.first_line + first.text.count("\n") + 1  # the closing fence's index
-    (tmp_path / "README.zh-CN.md").write_text("\n".join(lines[:first.line - 1] + lines[end:]))
+    (tmp_path / "README.zh-CN.md").write_text("\n".join(lines[: first.line - 1] + lines[end:]))
     problems, _ = translation_problems(tmp_path, ["README.md", "README.zh-CN.md"], Project())
     assert [(p.page, p.line) for p in problems] == [("README.md", first.line)], problems
     assert "no counterpart in README.zh-CN.md" in problems[0].message
@@ -71,7 +71,8 @@ def test_a_chinese_page_without_its_english_page_is_reported(tmp_path):
     (tmp_path / "docs" / "zh" / "lost.md").write_text("# 孤页\n")
     problems, pairs = translation_problems(tmp_path, ["docs/zh/lost.md"], Project())
     assert pairs == 0 and [(p.page, p.message) for p in problems] == [
-        ("docs/zh/lost.md", "Chinese page without its English page docs/lost.md")]
+        ("docs/zh/lost.md", "Chinese page without its English page docs/lost.md")
+    ]
 
 
 def test_english_pages_without_a_chinese_version_are_not_paired(tmp_path):
@@ -94,8 +95,10 @@ def test_a_figure_changed_on_one_side_is_reported(tmp_path):
 
 def test_figures_are_read_as_written_in_either_language(tmp_path):
     (tmp_path / "docs" / "zh").mkdir(parents=True)
-    (tmp_path / "docs" / "a.md").write_text("About 2.1x faster on 1,791,700 rows; reward -0.4 "
-                                            "([link](https://example.com/v0.23.0)); took 45.3<!-- from x#y --> s.\n")
+    (tmp_path / "docs" / "a.md").write_text(
+        "About 2.1x faster on 1,791,700 rows; reward -0.4 "
+        "([link](https://example.com/v0.23.0)); took 45.3<!-- from x#y --> s.\n"
+    )
     (tmp_path / "docs" / "zh" / "a.md").write_text("约快 2.1 倍，共 1791700 行；扣 0.4 分；耗时 45.3 秒。\n")
     assert translation_problems(tmp_path, ["docs/a.md", "docs/zh/a.md"], Project()) == ([], 1)
 
@@ -109,7 +112,10 @@ def test_a_summary_may_leave_figures_out_but_not_add_them(tmp_path, monkeypatch)
     names = ["docs/b.md", "docs/zh/b.md"]
     problems, _ = translation_problems(tmp_path, names, Project())
     assert sorted(p.message for p in problems) == [
-        "0.0165 is not in docs/zh/b.md", "0.65 is not in docs/zh/b.md", "0.66 is not in docs/b.md"]
+        "0.0165 is not in docs/zh/b.md",
+        "0.65 is not in docs/zh/b.md",
+        "0.66 is not in docs/b.md",
+    ]
     monkeypatch.setattr(doc_translations, "SUMMARIES", {"docs/b.md"})
     problems, _ = translation_problems(tmp_path, names, Project())
     assert [(p.page, p.message) for p in problems] == [("docs/zh/b.md", "0.66 is not in docs/b.md")]

@@ -24,11 +24,14 @@ def smoke_run_dir(tmp_path_factory) -> Path:
     env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable}
     env.pop("DRY_RUN", None)
     env.pop("SHAKEDOWN", None)  # the session's smoke is the plain one (test_shakedown_run.py runs SHAKEDOWN=1)
-    proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=40 * 60)
+    proc = subprocess.run(
+        [str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True, timeout=40 * 60
+    )
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     (run_dir / "logs" / "smoke.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     if proc.returncode != 0:
-        pytest.fail(f"run_smoke_cpu.sh exited {proc.returncode}; tail of its output:\n{proc.stdout[-4000:]}\n"
-                    f"{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"run_smoke_cpu.sh exited {proc.returncode}; tail of its output:\n{proc.stdout[-4000:]}\n"
+            f"{proc.stderr[-4000:]}"
+        )
     return run_dir

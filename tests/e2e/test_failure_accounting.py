@@ -52,11 +52,13 @@ CRASH_EVERY = 20
 KWARGS = "reward.custom_reward_function.reward_kwargs"
 # the mode's own settings for these runs: no batch ahead, so a step's faults stay in that step
 MODE_OVERRIDES = {
-    "separate_async": ["trainer.v1.separate_async.num_warmup_batches=0",
-                       "algorithm.rollout_correction.bypass_mode=false",
-                       "trainer.v1.separate_async.parameter_sync_step=2",
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
+    "separate_async": [
+        "trainer.v1.separate_async.num_warmup_batches=0",
+        "algorithm.rollout_correction.bypass_mode=false",
+        "trainer.v1.separate_async.parameter_sync_step=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    ],
     "colocate_async": ["trainer.v1.colocate_async.num_warmup_batches=0"],
 }
 
@@ -70,32 +72,57 @@ def launch(smoke_run_dir: Path, root: Path, mode: str, overrides: list[str], cra
         tool["tools"][0]["class_name"] = "faults.CrashingTool"
     (root / "tool.yaml").write_text(yaml.safe_dump(tool))
     ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
-    env = {**os.environ, "DEVICE": "cpu", "PROFILE": "improved", "PYTHON": sys.executable, "RUN_DIR": str(root / "run"),
-           "RETOOL_DATA_DIR": str(Path(smoke["data"]["train_files"]).parent),
-           "RETOOL_SFT_MODEL": str(smoke_run_dir / "sft_merged"), "TRAINER_MODE": mode,
-           # float32 on every host: in bf16 the rollout and the trainer disagree by ~6e-2 on the same weights
-           # (measured at step 1), as much as a missed weight sync would show
-           "RETOOL_CPU_DTYPE": "float32",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "PROFILE": "improved",
+        "PYTHON": sys.executable,
+        "RUN_DIR": str(root / "run"),
+        "RETOOL_DATA_DIR": str(Path(smoke["data"]["train_files"]).parent),
+        "RETOOL_SFT_MODEL": str(smoke_run_dir / "sft_merged"),
+        "TRAINER_MODE": mode,
+        # float32 on every host: in bf16 the rollout and the trainer disagree by ~6e-2 on the same weights
+        # (measured at step 1), as much as a missed weight sync would show
+        "RETOOL_CPU_DTYPE": "float32",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")])),
+    }
     env.pop("DRY_RUN", None)
-    overrides = ["+smoke=rl", "trainer.val_before_train=false", "trainer.test_freq=-1",
-                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={root / 'tool.yaml'}",
-                 f"reward.custom_reward_function.path={HELPERS / 'faults.py'}",
-                 *MODE_OVERRIDES[mode], f"+ray_kwargs.ray_init._temp_dir={ray_dir}", *overrides]
+    overrides = [
+        "+smoke=rl",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={root / 'tool.yaml'}",
+        f"reward.custom_reward_function.path={HELPERS / 'faults.py'}",
+        *MODE_OVERRIDES[mode],
+        f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
+        *overrides,
+    ]
     started = time.monotonic()
     with running_sandbox() as url:
         env["RETOOL_SANDBOX_URL"] = url
-        proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *overrides], cwd=REPO_ROOT, env=env,
-                              capture_output=True, text=True, timeout=1500)
+        proc = subprocess.run(
+            [str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *overrides],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
     run_dir = root / "run"
     scalars = read_scalars(run_dir / "tensorboard" / "rl")  # {} when a run stopped before its first step
     (root / "launch.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    return {"proc": proc, "output": proc.stdout + proc.stderr, "run_dir": run_dir, "mode": mode,
-            "seconds": time.monotonic() - started,
-            "records": read_records(run_dir / "logs" / "failures.jsonl"),
-            "scalars": scalars, "by_step": {tag: dict(points) for tag, points in scalars.items()},
-            "config": yaml.safe_load((run_dir / "rl.resolved.yaml").read_text()),
-            "model_bytes": sum(p.stat().st_size for p in (smoke_run_dir / "sft_merged").glob("*.safetensors"))}
+    return {
+        "proc": proc,
+        "output": proc.stdout + proc.stderr,
+        "run_dir": run_dir,
+        "mode": mode,
+        "seconds": time.monotonic() - started,
+        "records": read_records(run_dir / "logs" / "failures.jsonl"),
+        "scalars": scalars,
+        "by_step": {tag: dict(points) for tag, points in scalars.items()},
+        "config": yaml.safe_load((run_dir / "rl.resolved.yaml").read_text()),
+        "model_bytes": sum(p.stat().st_size for p in (smoke_run_dir / "sft_merged").glob("*.safetensors")),
+    }
 
 
 def runs_root(tmp_path_factory, name: str) -> Path:
@@ -106,10 +133,19 @@ def runs_root(tmp_path_factory, name: str) -> Path:
 
 def faulty(smoke_run_dir, tmp_path_factory, mode: str) -> dict:
     """Tool crashes from the start, the reward raising on every third trajectory from step 3 on."""
-    return launch(smoke_run_dir, runs_root(tmp_path_factory, f"faults-{mode}"), mode,
-                  ["trainer.total_training_steps=4", "trainer.v1.sampler.sampler_kwargs.max_failed_share=0.1",
-                   f"+{KWARGS}.raise_after={STEPS_BEFORE_REWARD_FAULT * TRAJECTORIES_PER_STEP}",
-                   f"+{KWARGS}.one_in=3", f"+{KWARGS}.per_call=true"], crashing_tool=True)
+    return launch(
+        smoke_run_dir,
+        runs_root(tmp_path_factory, f"faults-{mode}"),
+        mode,
+        [
+            "trainer.total_training_steps=4",
+            "trainer.v1.sampler.sampler_kwargs.max_failed_share=0.1",
+            f"+{KWARGS}.raise_after={STEPS_BEFORE_REWARD_FAULT * TRAJECTORIES_PER_STEP}",
+            f"+{KWARGS}.one_in=3",
+            f"+{KWARGS}.per_call=true",
+        ],
+        crashing_tool=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +164,20 @@ def faulty_run(request) -> dict:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope="module", params=[pytest.param(mode, marks=pytest.mark.async_faults)
-                                        for mode in ("separate_async", "colocate_async")])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(mode, marks=pytest.mark.async_faults) for mode in ("separate_async", "colocate_async")],
+)
 def failing_run(request, smoke_run_dir, tmp_path_factory) -> dict:
     """The reward raising on every trajectory: no batch can ever fill."""
     mode = request.param
-    return launch(smoke_run_dir, runs_root(tmp_path_factory, f"all-fail-{mode}"), mode,
-                  ["trainer.total_training_steps=3", f"+{KWARGS}.one_in=1"], crashing_tool=False)
+    return launch(
+        smoke_run_dir,
+        runs_root(tmp_path_factory, f"all-fail-{mode}"),
+        mode,
+        ["trainer.total_training_steps=3", f"+{KWARGS}.one_in=1"],
+        crashing_tool=False,
+    )
 
 
 def train_records(run: dict) -> dict[int, dict]:
@@ -153,8 +196,11 @@ def test_tool_crashes_are_counted_and_the_run_goes_on(faulty_run):
     counted = dict(scalars["failures/total/tool_exception"])
     total_calls = round(sum(calls[s] for s in steps) * TRAJECTORIES_PER_STEP)
     assert total_calls >= CRASH_EVERY, calls
-    assert sum(counted[s] for s in steps) == sum(records[s]["counts"]["tool_exception"] for s in steps) \
+    assert (
+        sum(counted[s] for s in steps)
+        == sum(records[s]["counts"]["tool_exception"] for s in steps)
         == total_calls // CRASH_EVERY
+    )
     for step in steps:
         assert round(masked[step] * TRAJECTORIES_PER_STEP) == counted[step] == records[step]["counts"]["tool_exception"]
         assert dict(scalars["failures/share"])[step] == pytest.approx(counted[step] / TRAJECTORIES_PER_STEP)
@@ -180,8 +226,11 @@ def test_a_reward_that_raises_on_a_third_stops_the_run_while_it_waits_with_the_g
     message = stop["message"]
     assert message.startswith(f"The run was stopped at step {stop_step} (training): while waiting for its batch")
     assert "healthy trajectories discarded with their failed group" in message
-    assert "ValueError: injected reward failure on row" in message and "What to do: the reward function raised" \
-        in message and "trainer.v1.sampler.sampler_kwargs.max_failed_share" in message
+    assert (
+        "ValueError: injected reward failure on row" in message
+        and "What to do: the reward function raised" in message
+        and "trainer.v1.sampler.sampler_kwargs.max_failed_share" in message
+    )
     # the user sees it where they look: the launch's own output and the stage log
     assert f"retool: the run was stopped at step {stop_step}" in output
     assert f"retool: the run was stopped at step {stop_step}" in (faulty_run["run_dir"] / "logs" / "rl.log").read_text()
@@ -227,6 +276,7 @@ def test_a_reward_that_raises_on_every_trajectory_stops_the_run_in_its_first_ste
 
 # -- the same run as make test's asynchronous one -------------------------------------------------------------------
 
+
 def test_the_run_was_separate_async_on_two_pools_with_gloo(separate_run):
     config = separate_run["config"]
     assert config["trainer"]["v1"]["trainer_mode"] == "separate_async"
@@ -239,8 +289,10 @@ def test_every_trained_step_sent_the_whole_model_over_gloo(separate_run):
     sent = separate_run["by_step"]["weight_sync/bytes"]
     assert sorted(sent) == list(range(1, STEPS_BEFORE_REWARD_FAULT + 1))
     # the actor's parameters in the dtype it trains in: at least the checkpoint's size (bf16 or fp32 on disk)
-    assert all(value >= 0.9 * separate_run["model_bytes"]
-               for value in sent.values()), (sent, separate_run["model_bytes"])
+    assert all(value >= 0.9 * separate_run["model_bytes"] for value in sent.values()), (
+        sent,
+        separate_run["model_bytes"],
+    )
     assert all(separate_run["by_step"]["timing_s/update_weights"][step] > 0 for step in sent)
 
 

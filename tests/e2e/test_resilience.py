@@ -54,12 +54,12 @@ STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
 KEEP = 2  # checkpoints: the crashed launch saves step 2, the resume 4 and 6
 
 
-
 def prompts(dump: Path) -> Counter:
     """The user messages a step drew (the rendered input also holds the tool schema, which session mode words
     differently)."""
-    return Counter(json.loads(line)["input"].rsplit("user\n", 1)[-1] for line in dump.read_text().splitlines()
-                   if line.strip())
+    return Counter(
+        json.loads(line)["input"].rsplit("user\n", 1)[-1] for line in dump.read_text().splitlines() if line.strip()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,11 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
     smoke = yaml.safe_load((smoke_run_dir / "rl.resolved.yaml").read_text())
     assets_data = Path(smoke["data"]["train_files"]).parent
     # E2E_RESILIENCE_DIR keeps the run folder for inspection
-    root = Path(os.environ["E2E_RESILIENCE_DIR"]) if os.environ.get("E2E_RESILIENCE_DIR") else \
-        tmp_path_factory.mktemp("resilience")
+    root = (
+        Path(os.environ["E2E_RESILIENCE_DIR"])
+        if os.environ.get("E2E_RESILIENCE_DIR")
+        else tmp_path_factory.mktemp("resilience")
+    )
     root.mkdir(parents=True, exist_ok=True)
     tool = yaml.safe_load((REPO_ROOT / "configs" / "tool_annotated.yaml").read_text())
     tool["tools"][0]["config"].update(session_mode="per_trajectory", reconnect_budget_s=2, retry_backoff_s=0.5)
@@ -77,34 +80,59 @@ def setting(smoke_run_dir, tmp_path_factory) -> dict:
     (launch_dir / "retool_tool.yaml").write_text(yaml.safe_dump(tool))
     ray_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
     port, port_b = free_port(), free_port()
-    env = {**os.environ, "DEVICE": "cpu", "PROFILE": "improved", "PYTHON": sys.executable, "RUN_DIR": str(root / "run"),
-           "RETOOL_DATA_DIR": str(assets_data), "RETOOL_SFT_MODEL": str(smoke_run_dir / "sft_merged"),
-           "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code"}
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "PROFILE": "improved",
+        "PYTHON": sys.executable,
+        "RUN_DIR": str(root / "run"),
+        "RETOOL_DATA_DIR": str(assets_data),
+        "RETOOL_SFT_MODEL": str(smoke_run_dir / "sft_merged"),
+        "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code",
+    }
     env.pop("DRY_RUN", None)
-    overrides = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_EVERY}",
-                 f"trainer.max_actor_ckpt_to_keep={KEEP}",
-                 "trainer.val_before_train=false", "trainer.test_freq=-1",
-                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=./retool_tool.yaml",  # from launch_dir
-                 f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
-                 # The outage masks every trajectory of step 4 that calls the tool (22 of 32 when measured;
-                 # reconnect_budget_s=2 above gives up on purpose), which the default max_failed_share (0.05)
-                 # would stop the run for; this test is about riding the outage out (the stop has its own test,
-                 # test_failure_accounting.py). The rule is off (0): how much of step 5 the 10 s outage also
-                 # covers depends on how fast step 4's calls fail (0%, 56% and 94% of step 5's trajectories in
-                 # three CI runs; 0.9 stopped the last). The sustained rule's 10-step window does not fill in
-                 # these 6 steps.
-                 "trainer.v1.sampler.sampler_kwargs.max_failed_share=0"]
-    return {"env": env, "overrides": overrides, "run_dir": root / "run", "port": port, "ray_dir": ray_dir,
-            "launch_dir": launch_dir, "tree": root / "verl",
-            "smoke": smoke_run_dir, "port_b": port_b, "tb_resumed": root / "tb-resumed"}
+    overrides = [
+        "+smoke=rl",
+        f"trainer.total_training_steps={STEPS}",
+        f"trainer.save_freq={SAVE_EVERY}",
+        f"trainer.max_actor_ckpt_to_keep={KEEP}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path=./retool_tool.yaml",  # from launch_dir
+        f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
+        # The outage masks every trajectory of step 4 that calls the tool (22 of 32 when measured;
+        # reconnect_budget_s=2 above gives up on purpose), which the default max_failed_share (0.05)
+        # would stop the run for; this test is about riding the outage out (the stop has its own test,
+        # test_failure_accounting.py). The rule is off (0): how much of step 5 the 10 s outage also
+        # covers depends on how fast step 4's calls fail (0%, 56% and 94% of step 5's trajectories in
+        # three CI runs; 0.9 stopped the last). The sustained rule's 10-step window does not fill in
+        # these 6 steps.
+        "trainer.v1.sampler.sampler_kwargs.max_failed_share=0",
+    ]
+    return {
+        "env": env,
+        "overrides": overrides,
+        "run_dir": root / "run",
+        "port": port,
+        "ray_dir": ray_dir,
+        "launch_dir": launch_dir,
+        "tree": root / "verl",
+        "smoke": smoke_run_dir,
+        "port_b": port_b,
+        "tb_resumed": root / "tb-resumed",
+    }
 
 
 def start(setting: dict, log: Path, **env: str) -> subprocess.Popen:
     handle = open(log, "a")
-    return subprocess.Popen([str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *setting["overrides"]],
-                            cwd=setting["launch_dir"],
-                            env={**setting["env"], **env}, stdout=handle, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(REPO_ROOT / "scripts" / "launch.sh"), "rl", *setting["overrides"]],
+        cwd=setting["launch_dir"],
+        env={**setting["env"], **env},
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def event_dirs(setting: dict) -> tuple[Path, Path]:
@@ -172,11 +200,17 @@ def runs(setting) -> dict:
     with running_sandbox(port=port) as url_a:
         resumed_from = time.time()
         with running_sandbox(port=port_b) as url:
-            second = start(setting, log, RETOOL_SANDBOX_URL=f"{url}/run_code",
-                           TENSORBOARD_DIR=str(setting["tb_resumed"]))
+            second = start(
+                setting, log, RETOOL_SANDBOX_URL=f"{url}/run_code", TENSORBOARD_DIR=str(setting["tb_resumed"])
+            )
             step3 = dumps / "3.jsonl"
-            wait_for(lambda: step3.is_file() and step3.stat().st_mtime > resumed_from, second, 900,
-                     "the resumed run's step 3", log)
+            wait_for(
+                lambda: step3.is_file() and step3.stat().st_mtime > resumed_from,
+                second,
+                900,
+                "the resumed run's step 3",
+                log,
+            )
             health_before = SandboxClient(url).health()
         # the resume's sandbox is down while step 4 rolls out, then comes back on the same port
         outage["down"] = time.monotonic()
@@ -190,9 +224,17 @@ def runs(setting) -> dict:
                 pytest.fail(f"the resumed run hung; log tail:\n{log.read_text()[-4000:]}")
             health_after = SandboxClient(url).health()
         a_during_resume = requests(url_a)
-    result = {"log": log.read_text(), "code": second.returncode, "killed_at": killed_at, "leftovers": leftovers,
-              "health_before": health_before, "health_after": health_after, "outage": outage, "settings": settings,
-              "sandbox_a_requests": {"first_launch": a_first_launch, "during_resume": a_during_resume}}
+    result = {
+        "log": log.read_text(),
+        "code": second.returncode,
+        "killed_at": killed_at,
+        "leftovers": leftovers,
+        "health_before": health_before,
+        "health_after": health_after,
+        "outage": outage,
+        "settings": settings,
+        "sandbox_a_requests": {"first_launch": a_first_launch, "during_resume": a_during_resume},
+    }
     if second.returncode == 0:  # what bench/resilience.py renders into docs/performance.md
         write_facts(setting, result, started)
     return result
@@ -204,16 +246,28 @@ def write_facts(setting: dict, result: dict, started: float) -> None:
     trajectories = sum(prompts(setting["run_dir"] / "rollouts" / "1.jsonl").values())
     keys = ("tool_calls", "tool_retried", "tool_unavailable", "trajectory_masked", "tool_session_lost")
     # the step means times the trajectories of a step: counts per step
-    per_step = {key: {step: round(mean * trajectories, 2)
-                      for step, mean in run_scalars(setting, f"train-reward/{key}/mean").items()} for key in keys}
-    facts = {"date": time.strftime("%Y-%m-%d"), "host": host_report(), "steps": STEPS, "save_every": SAVE_EVERY,
-             "killed_after_step": result["killed_at"], "resumed_from_checkpoint": 2,
-             "outage_s": round(result["outage"]["up"] - result["outage"]["down"], 1),
-             "trajectories_per_step": trajectories, "per_step": per_step,
-             "sessions_after_restart": result["health_after"]["sessions"]["counters"],
-             "sessions_before_outage": result["health_before"]["sessions"]["counters"],
-             "first_sandbox_requests": result["sandbox_a_requests"],
-             "wall_s": round(time.monotonic() - started, 1)}
+    per_step = {
+        key: {
+            step: round(mean * trajectories, 2)
+            for step, mean in run_scalars(setting, f"train-reward/{key}/mean").items()
+        }
+        for key in keys
+    }
+    facts = {
+        "date": time.strftime("%Y-%m-%d"),
+        "host": host_report(),
+        "steps": STEPS,
+        "save_every": SAVE_EVERY,
+        "killed_after_step": result["killed_at"],
+        "resumed_from_checkpoint": 2,
+        "outage_s": round(result["outage"]["up"] - result["outage"]["down"], 1),
+        "trajectories_per_step": trajectories,
+        "per_step": per_step,
+        "sessions_after_restart": result["health_after"]["sessions"]["counters"],
+        "sessions_before_outage": result["health_before"]["sessions"]["counters"],
+        "first_sandbox_requests": result["sandbox_a_requests"],
+        "wall_s": round(time.monotonic() - started, 1),
+    }
     (setting["run_dir"].parent / "resilience.json").write_text(json.dumps(facts, indent=2) + "\n")
 
 
@@ -272,8 +326,10 @@ def test_calls_without_an_answer_are_counted_and_kept_out_of_the_loss(setting, r
 
 def test_the_failure_accounting_counts_the_outage_s_masked_trajectories_and_the_run_goes_on(setting, runs):
     trajectories = sum(prompts(setting["run_dir"] / "rollouts" / "1.jsonl").values())
-    masked = {step: round(mean * trajectories)
-              for step, mean in run_scalars(setting, "train-reward/trajectory_masked/mean").items()}
+    masked = {
+        step: round(mean * trajectories)
+        for step, mean in run_scalars(setting, "train-reward/trajectory_masked/mean").items()
+    }
     counted = run_scalars(setting, "failures/total/sandbox_unavailable")
     assert counted.get(4, 0) == masked[4] > 0, (counted, masked)
     assert counted == masked  # every step, the healthy ones at 0

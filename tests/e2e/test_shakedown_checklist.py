@@ -23,8 +23,21 @@ from retool.shakedown import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl]
 
-ALL = {"stages", "config", "devices", "tensorboard", "validation", "tool calls", "reward", "failures", "checkpoint",
-       "resume", "merge", "memory", "speed"}
+ALL = {
+    "stages",
+    "config",
+    "devices",
+    "tensorboard",
+    "validation",
+    "tool calls",
+    "reward",
+    "failures",
+    "checkpoint",
+    "resume",
+    "merge",
+    "memory",
+    "speed",
+}
 
 
 def checklist(folder: Path, capsys) -> tuple[int, dict[str, dict]]:
@@ -39,12 +52,17 @@ def failing(lines: dict[str, dict]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def smoke_lines(smoke_run_dir) -> dict[str, dict]:
-    proc = subprocess.run([sys.executable, "-m", "retool.shakedown", str(smoke_run_dir)], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "retool.shakedown", str(smoke_run_dir)], capture_output=True, text=True, timeout=300
+    )
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    listing = subprocess.run([sys.executable, "-m", "retool.shakedown", str(smoke_run_dir), "--json"],
-                             capture_output=True, text=True, timeout=300)
+    listing = subprocess.run(
+        [sys.executable, "-m", "retool.shakedown", str(smoke_run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return {line["name"]: line for line in json.loads(listing.stdout)}
 
 
@@ -96,8 +114,9 @@ def rewrite_scalars(event_dir: Path, tags: set[str], value: float | None) -> int
     if value is not None:
         writer = EventFileWriter(str(event_dir))
         for tag, step, wall in dropped:
-            writer.add_event(Event(wall_time=wall, step=step,
-                                   summary=Summary(value=[Summary.Value(tag=tag, simple_value=value)])))
+            writer.add_event(
+                Event(wall_time=wall, step=step, summary=Summary(value=[Summary.Value(tag=tag, simple_value=value)]))
+            )
         writer.close()
     return len(dropped)
 
@@ -117,9 +136,18 @@ def plant_no_rl_checkpoint(run: Path) -> None:
 
 def plant_a_stop(run: Path) -> None:
     with (run / "logs" / "failures.jsonl").open("a") as out:
-        out.write(json.dumps({"stop": True, "step": 7, "partition": "train", "reason": "max_failed_share",
-                              "message": "The run was stopped at step 7 (training): 9 of 32 trajectories failed"})
-                  + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "stop": True,
+                    "step": 7,
+                    "partition": "train",
+                    "reason": "max_failed_share",
+                    "message": "The run was stopped at step 7 (training): 9 of 32 trajectories failed",
+                }
+            )
+            + "\n"
+        )
 
 
 def plant_shakedown_label(run: Path) -> None:
@@ -127,13 +155,17 @@ def plant_shakedown_label(run: Path) -> None:
     launches.write_text(launches.read_text().replace('"kind": "smoke"', '"kind": "shakedown"'))
 
 
-@pytest.mark.parametrize(("plant", "fails", "says"), [
-    (plant_no_failures_curve, {"tensorboard", "failures"}, "failures/share missing at steps 1-12"),
-    (plant_zero_tool_calls, {"tool calls"}, "the model made no tool call in any training step"),
-    (plant_no_rl_checkpoint, {"devices", "checkpoint"}, "rl: no checkpoint in"),
-    (plant_a_stop, {"failures"}, "the failure accounting stopped the run at step 7 (max_failed_share)"),
-    (plant_shakedown_label, {"config", "resume"}, "no shakedown/resume.json"),
-], ids=["tag removed", "zero tool calls", "no checkpoint", "stop record", "shakedown without resume"])
+@pytest.mark.parametrize(
+    ("plant", "fails", "says"),
+    [
+        (plant_no_failures_curve, {"tensorboard", "failures"}, "failures/share missing at steps 1-12"),
+        (plant_zero_tool_calls, {"tool calls"}, "the model made no tool call in any training step"),
+        (plant_no_rl_checkpoint, {"devices", "checkpoint"}, "rl: no checkpoint in"),
+        (plant_a_stop, {"failures"}, "the failure accounting stopped the run at step 7 (max_failed_share)"),
+        (plant_shakedown_label, {"config", "resume"}, "no shakedown/resume.json"),
+    ],
+    ids=["tag removed", "zero tool calls", "no checkpoint", "stop record", "shakedown without resume"],
+)
 def test_a_planted_defect_fails_its_line_and_no_other(smoke_run_dir, smoke_lines, tmp_path, capsys, plant, fails, says):
     run = copy_run(smoke_run_dir, tmp_path / "run")
     code, untouched = checklist(run, capsys)

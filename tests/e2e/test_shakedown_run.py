@@ -38,8 +38,9 @@ def shakedown(tmp_path_factory) -> dict:
     env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": sys.executable, "SHAKEDOWN": "1"}
     env.pop("DRY_RUN", None)
     started = time.monotonic()
-    proc = subprocess.run([str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=40 * 60)
+    proc = subprocess.run(
+        [str(REPO / "run_smoke_cpu.sh")], cwd=REPO, env=env, capture_output=True, text=True, timeout=40 * 60
+    )
     wall = time.monotonic() - started
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     (run_dir / "logs" / "smoke.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)

@@ -61,8 +61,13 @@ def test_rollouts_made_tool_calls_the_sandbox_executed(summary):
 
 def test_rl_curves_are_in_tensorboard_under_verl_tags(run_dir, summary):
     scalars = read_scalars(run_dir / "tensorboard" / "rl")
-    for tag in ("critic/rewards/mean", "critic/score/mean", "num_turns/mean", "response_length/mean",
-                "val-aux/num_turns/mean"):
+    for tag in (
+        "critic/rewards/mean",
+        "critic/score/mean",
+        "num_turns/mean",
+        "response_length/mean",
+        "val-aux/num_turns/mean",
+    ):
         assert tag in scalars, f"{tag} missing; tags: {sorted(scalars)}"
     assert len(scalars["critic/rewards/mean"]) == summary["rl_steps"] >= 3
     val_acc = [t for t in scalars if t.startswith("val-core/") and "/acc/mean@" in t]
@@ -85,8 +90,11 @@ def test_summary_states_the_dtype_the_host_got_and_the_learning_verdict(run_dir,
     compute = summary["compute"]
     # the dtype rule's choice is what every stage ran with: float32 on every CPU unless RETOOL_CPU_DTYPE says bf16
     assert compute["sft_dtype"] == compute["rl_dtype"] == compute["rollout_dtype"] == compute["dtype"]
-    assert compute["dtype"] == "float32" and compute["dtype_reason"].startswith("the CPU default: ") \
-        or compute["dtype_reason"].startswith("set by RETOOL_CPU_DTYPE"), compute
+    assert (
+        compute["dtype"] == "float32"
+        and compute["dtype_reason"].startswith("the CPU default: ")
+        or compute["dtype_reason"].startswith("set by RETOOL_CPU_DTYPE")
+    ), compute
     changes = summary["learning"]["changes"]
     assert set(changes) >= {"used_tool", "score", "acc"}, summary["learning"]
     for change in changes.values():
@@ -104,8 +112,14 @@ def test_tool_outcomes_reach_tensorboard(run_dir):
 
 
 def test_run_folder_keeps_configs_logs_and_timings(run_dir, summary):
-    for name in ("sft.resolved.yaml", "rl.resolved.yaml", "logs/sft.log", "logs/rl.log", "summary.md",
-                 "report/report.md"):
+    for name in (
+        "sft.resolved.yaml",
+        "rl.resolved.yaml",
+        "logs/sft.log",
+        "logs/rl.log",
+        "summary.md",
+        "report/report.md",
+    ):
         assert (run_dir / name).is_file(), name
     assert set(summary["stages"]) == {"assets", "sft", "merge", "rl"}
     assert summary["peak_host_mem_gb"] and summary["peak_host_mem_gb"] > 1

@@ -32,8 +32,7 @@ def logged_steps(log: Path) -> dict[int, dict[str, float]]:
     text and newline are two writes)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
     steps: dict[int, dict[str, float]] = {}
-    for match in re.finditer(r"(?:(?<![\w/])|(?<=\.jsonl))step:(\d+)((?: - [^\n\r]*?:[^ \n\r]+)+)",
-                             text):
+    for match in re.finditer(r"(?:(?<![\w/])|(?<=\.jsonl))step:(\d+)((?: - [^\n\r]*?:[^ \n\r]+)+)", text):
         metrics = steps.setdefault(int(match.group(1)), {})
         for item in match.group(2).split(" - ")[1:]:
             key, _, value = item.rpartition(":")
@@ -53,8 +52,11 @@ def test_the_console_is_short_and_shows_every_stage_and_step(smoke_run_dir, cons
     for stage in ("assets", "sft", "merge", "rl"):
         assert any(line.startswith(f"==> [{stage}] ") for line in console), stage
     for stage in ("sft", "rl"):
-        trained = sorted(step for step, metrics in logged_steps(smoke_run_dir / "logs" / f"{stage}.log").items()
-                         if view.is_training_step(metrics))
+        trained = sorted(
+            step
+            for step, metrics in logged_steps(smoke_run_dir / "logs" / f"{stage}.log").items()
+            if view.is_training_step(metrics)
+        )
         assert trained == list(range(1, len(trained) + 1)) and len(trained) >= 10, (stage, trained)
         total = len(trained)
         for step in trained:
@@ -66,8 +68,9 @@ def test_the_console_is_short_and_shows_every_stage_and_step(smoke_run_dir, cons
         pattern = rf"\[rl\] validation {when}: acc mean@4: aime_2025 \d\.\d{{3}}, synthetic_arith \d\.\d{{3}} \| "
         assert any(re.match(pattern, line) for line in console), when
     # no config dump, no line of a Ray actor as it printed it, no colour codes
-    assert not any("'actor_rollout_ref'" in line or re.search(r"\(\w+ pid=\d+\)", line) or "\x1b" in line
-                   for line in console)
+    assert not any(
+        "'actor_rollout_ref'" in line or re.search(r"\(\w+ pid=\d+\)", line) or "\x1b" in line for line in console
+    )
 
 
 def test_the_console_numbers_are_the_ones_verl_logged(smoke_run_dir, console):
@@ -102,8 +105,12 @@ def test_the_log_holds_every_metric_verl_logged(smoke_run_dir, stage):
 def test_verbose_prints_the_real_output_unchanged(smoke_run_dir, tmp_path):
     log = smoke_run_dir / "logs" / "rl.log"
     copy = tmp_path / "rl.log"
-    proc = subprocess.run([sys.executable, "-m", "retool.console", "--stage", "rl", "--log", str(copy), "--", "cat",
-                           str(log)], capture_output=True, env={**os.environ, "VERBOSE": "1"}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "retool.console", "--stage", "rl", "--log", str(copy), "--", "cat", str(log)],
+        capture_output=True,
+        env={**os.environ, "VERBOSE": "1"},
+        timeout=120,
+    )
     assert proc.returncode == 0
     head, _, rest = proc.stdout.partition(b"\n")
     assert head.startswith(b"[rl] full log: ") and rest == log.read_bytes() == copy.read_bytes()

@@ -29,8 +29,17 @@ def raises_on(index: str, one_in: int = 2) -> bool:
     return int(hashlib.sha256(str(index).encode()).hexdigest(), 16) % one_in == 0
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, raise_after: int = 0,
-                  configuration: bool = False, one_in: int = 2, per_call: bool = False, **kwargs):
+def compute_score(
+    data_source,
+    solution_str,
+    ground_truth,
+    extra_info=None,
+    raise_after: int = 0,
+    configuration: bool = False,
+    one_in: int = 2,
+    per_call: bool = False,
+    **kwargs,
+):
     global _scored
     _scored += 1
     index = (extra_info or {}).get("index")

@@ -24,8 +24,16 @@ from ports import free_port
 from processes import processes_with, stop_group
 
 SECOND_NODE = "127.0.0.2"
-DEVICE_VARIABLES = ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
-                    "TORCHDYNAMO_DISABLE", "TOKENIZERS_PARALLELISM", "RETOOL_CPU_DTYPE", "OMP_NUM_THREADS")
+DEVICE_VARIABLES = (
+    "VERL_PLATFORM",
+    "VERL_USE_EXTERNAL_MODULES",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "TORCHDYNAMO_DISABLE",
+    "TOKENIZERS_PARALLELISM",
+    "RETOOL_CPU_DTYPE",
+    "OMP_NUM_THREADS",
+)
 NODES_UP = textwrap.dedent(
     """
     import sys, time
@@ -46,8 +54,13 @@ def listening(port: int) -> bool:
 
 
 def nodes_up(env: dict, port: int, count: int) -> None:
-    joined = subprocess.run([sys.executable, "-c", NODES_UP, f"127.0.0.1:{port}", str(count)], env=env,
-                            capture_output=True, text=True, timeout=180)
+    joined = subprocess.run(
+        [sys.executable, "-c", NODES_UP, f"127.0.0.1:{port}", str(count)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if joined.returncode != 0:
         raise RuntimeError(joined.stderr[-2000:])
 
@@ -59,26 +72,48 @@ def two_node_cluster(node_sandbox_url: str, cpus_per_node: int = 1) -> Iterator[
     temp_dir = tempfile.mkdtemp(prefix="rt-2n-")  # short: Ray's unix socket paths must stay < 108 bytes
     port = free_port()
     # A home of their own: a Ray run earlier in the session leaves ~/.ray/auth_token, which a new head would require.
-    env = {key: value for key, value in os.environ.items()
-           if key not in DEVICE_VARIABLES + ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in DEVICE_VARIABLES + ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL")
+    }
     env["HOME"] = temp_dir
     env["GLOO_SOCKET_IFNAME"] = "lo"  # the interface the ranks talk over, set where each raylet starts (multinode.md)
     ray = str(Path(sys.executable).with_name("ray"))
     common = ["--block", f"--num-cpus={cpus_per_node}", "--num-gpus=1", "--disable-usage-stats"]
-    nodes = [subprocess.Popen(
-        [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-         f"--temp-dir={temp_dir}", *common],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    nodes = [
+        subprocess.Popen(
+            [
+                ray,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                "--include-dashboard=false",
+                f"--temp-dir={temp_dir}",
+                *common,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    ]
     try:
         deadline = time.monotonic() + 90
         while not listening(port):
             if nodes[0].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the Ray head did not start")
             time.sleep(0.5)
-        nodes.append(subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", f"--node-ip-address={SECOND_NODE}", *common],
-            env={**env, "RETOOL_NODE_SANDBOX_URL": node_sandbox_url},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        nodes.append(
+            subprocess.Popen(
+                [ray, "start", f"--address=127.0.0.1:{port}", f"--node-ip-address={SECOND_NODE}", *common],
+                env={**env, "RETOOL_NODE_SANDBOX_URL": node_sandbox_url},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
         nodes_up(env, port, 2)
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     finally:

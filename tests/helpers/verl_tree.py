@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-STAND_INS = ("verl/__init__.py", "recipe/retool/retool.py", "recipe/retool/retool_dataset_utils.py",
-             "recipe/retool/reward.py", "recipe/retool/tool.py")
+STAND_INS = (
+    "verl/__init__.py",
+    "recipe/retool/retool.py",
+    "recipe/retool/retool_dataset_utils.py",
+    "recipe/retool/reward.py",
+    "recipe/retool/tool.py",
+)
 IMPORTED = "IMPORTED"
 
-_STAND_IN = '''import os, sys
+_STAND_IN = """import os, sys
 with open({record!r}, "a") as handle:
     handle.write(f"{{__file__}} pid={{os.getpid()}} argv={{sys.argv}}\\n")
 raise ImportError("stand-in {name} of the verl checkout was imported from " + __file__)
-'''
+"""
 
 
 def verl_tree(root: Path) -> Path:

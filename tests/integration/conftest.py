@@ -28,8 +28,24 @@ def smoke_assets(tmp_path_factory) -> Path:
     names the launchers require under ``launcher-data/``: the SFT data, and RL's training and validation data (the
     synthetic tool task)."""
     out = tmp_path_factory.mktemp("smoke-assets")
-    proc = subprocess.run([sys.executable, "-m", "retool.smoke.build", "--out", str(out), "--aime-rows", "8",
-                           "--rl-val-rows", "64", "--profile", "improved"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "retool.smoke.build",
+            "--out",
+            str(out),
+            "--aime-rows",
+            "8",
+            "--rl-val-rows",
+            "64",
+            "--profile",
+            "improved",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = out / "launcher-data"
     data.mkdir()

@@ -62,23 +62,51 @@ def make_loop(tokenizer, tools: list, turns: list[str]):
 
     from retool.agent_loop import RecipeToolAgentLoop
 
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {
-        "prompt_length": 512, "response_length": RESPONSE_LENGTH, "full_determinism": False,
-        "multi_turn": {"max_user_turns": 2, "max_assistant_turns": 3, "max_parallel_calls": 1,
-                       "max_tool_response_length": 256, "tool_response_truncate_side": "middle",
-                       "format": "hermes"}}}})
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "prompt_length": 512,
+                    "response_length": RESPONSE_LENGTH,
+                    "full_determinism": False,
+                    "multi_turn": {
+                        "max_user_turns": 2,
+                        "max_assistant_turns": 3,
+                        "max_parallel_calls": 1,
+                        "max_tool_response_length": 256,
+                        "tool_response_truncate_side": "middle",
+                        "format": "hermes",
+                    },
+                }
+            }
+        }
+    )
     data = OmegaConf.create({"apply_chat_template_kwargs": {}})
-    return RecipeToolAgentLoop(trainer_config=DictConfigWrap(config), server_manager=ScriptedModel(tokenizer, turns),
-                               tokenizer=tokenizer, processor=None, dataset_cls=None, data_config=DictConfigWrap(data),
-                               hf_model_type="qwen3", tools=ToolListWrap(tools))
+    return RecipeToolAgentLoop(
+        trainer_config=DictConfigWrap(config),
+        server_manager=ScriptedModel(tokenizer, turns),
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(data),
+        hf_model_type="qwen3",
+        tools=ToolListWrap(tools),
+    )
 
 
 def make_tool(url: str, cls=None):
     from retool.tool import CodeInterpreterTool
 
-    config = {"type": "native", "sandbox_fusion_url": url, "default_timeout": 5, "max_retries": 1,
-              "retry_backoff_s": 0.05, "reconnect_budget_s": 0.3, "http_timeout_margin_s": 1.0,
-              "behaviour": "annotated"}
+    config = {
+        "type": "native",
+        "sandbox_fusion_url": url,
+        "default_timeout": 5,
+        "max_retries": 1,
+        "retry_backoff_s": 0.05,
+        "reconnect_budget_s": 0.3,
+        "http_timeout_margin_s": 1.0,
+        "behaviour": "annotated",
+    }
     return (cls or CodeInterpreterTool)(config=config, tool_schema=None)
 
 

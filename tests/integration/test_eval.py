@@ -35,16 +35,22 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 # Statuses that never reach the sandbox: verl rejected the call, or the tool refused empty code.
 NOT_SENT = {"not_run", "bad_input"}
-FORCED_REGEX = (r'(<tool_call>\n\{"name": "code_interpreter", "arguments": \{"code": "print\(6 \* 7\)"\}\}\n'
-                r'</tool_call>|The answer is \\boxed\{42\}\.)')
+FORCED_REGEX = (
+    r'(<tool_call>\n\{"name": "code_interpreter", "arguments": \{"code": "print\(6 \* 7\)"\}\}\n'
+    r"</tool_call>|The answer is \\boxed\{42\}\.)"
+)
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke-assets")
     # the random model (no pre-training): this test is about the evaluation path, not about what the model knows
-    proc = subprocess.run([sys.executable, "-m", "retool.smoke.build", "--out", str(out), "--pretrain-steps", "0"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "retool.smoke.build", "--out", str(out), "--pretrain-steps", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -59,11 +65,33 @@ def counters(url: str) -> dict[str, int]:
     return SandboxClient(url).health(timeout=10)["counters"]
 
 
-def run_eval(model: Path, data: list[Path], out: Path, sandbox: str, n: int, limit: int,
-             extra: list[str] = ()) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "retool.eval", "--model", str(model), "--n", str(n), "--limit", str(limit),
-           "--sandbox-url", sandbox, "--output", str(out), "--config", str(REPO / "configs" / "rl.yaml"),
-           "--override", "+smoke=rl", "--profile", "improved", "--device", "cpu", *extra]
+def run_eval(
+    model: Path, data: list[Path], out: Path, sandbox: str, n: int, limit: int, extra: list[str] = ()
+) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "retool.eval",
+        "--model",
+        str(model),
+        "--n",
+        str(n),
+        "--limit",
+        str(limit),
+        "--sandbox-url",
+        sandbox,
+        "--output",
+        str(out),
+        "--config",
+        str(REPO / "configs" / "rl.yaml"),
+        "--override",
+        "+smoke=rl",
+        "--profile",
+        "improved",
+        "--device",
+        "cpu",
+        *extra,
+    ]
     for path in data:
         cmd += ["--data", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -75,8 +103,7 @@ def read_rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def check_consistency(rows: list[dict[str, Any]], metrics: dict[str, Any], n: int,
-                      problems: dict[str, int]) -> None:
+def check_consistency(rows: list[dict[str, Any]], metrics: dict[str, Any], n: int, problems: dict[str, int]) -> None:
     """metrics.json against the JSONL, with plain arithmetic (not retool.metrics)."""
     by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -125,19 +152,38 @@ def plain_run(assets: Path, sandbox: str, tmp_path_factory: pytest.TempPathFacto
     model = Path(os.environ.get("RETOOL_EVAL_MODEL", assets / "model"))
     out = tmp_path_factory.mktemp("eval-plain")
     before = counters(sandbox)
-    proc = run_eval(model, [assets / "data" / "rl_val_aime2025.parquet", assets / "data" / "rl_val_synthetic.parquet"],
-                    out, sandbox, n=2, limit=2)
+    proc = run_eval(
+        model,
+        [assets / "data" / "rl_val_aime2025.parquet", assets / "data" / "rl_val_synthetic.parquet"],
+        out,
+        sandbox,
+        n=2,
+        limit=2,
+    )
     after = counters(sandbox)
-    return {"out": out, "rows": read_rows(out), "metrics": json.loads((out / "metrics.json").read_text()),
-            "sent": after["requests"] - before["requests"], "stdout": proc.stdout}
+    return {
+        "out": out,
+        "rows": read_rows(out),
+        "metrics": json.loads((out / "metrics.json").read_text()),
+        "sent": after["requests"] - before["requests"],
+        "stdout": proc.stdout,
+    }
 
 
 def test_eval_on_tiny_model(plain_run: dict[str, Any]) -> None:
     rows, metrics = plain_run["rows"], plain_run["metrics"]
     assert len(rows) == 8
     check_consistency(rows, metrics, n=2, problems={"aime_2025": 2, "synthetic_arith": 2})
-    assert set(metrics) >= {"acc/mean@2", "acc/pass@1", "acc/pass@2", "acc/maj@2", "num_turns/mean",
-                            "tool_calls/per_answer", "tool/success_rate", "counts"}
+    assert set(metrics) >= {
+        "acc/mean@2",
+        "acc/pass@1",
+        "acc/pass@2",
+        "acc/maj@2",
+        "num_turns/mean",
+        "tool_calls/per_answer",
+        "tool/success_rate",
+        "counts",
+    }
     # Every call that reached the tool went to the sandbox exactly once (no 504s on an idle server).
     sent = sum(c["status"] not in NOT_SENT for r in rows for c in r["calls"])
     assert plain_run["sent"] == sent
@@ -150,16 +196,22 @@ def test_eval_on_tiny_model(plain_run: dict[str, Any]) -> None:
     assert yaml.safe_load((plain_run["out"] / "eval_config.yaml").read_text())["dtype"] == host_dtype()[0]
 
 
-def test_tool_path_with_forced_calls(plain_run: dict[str, Any], assets: Path, sandbox: str,
-                                     tmp_path: Path) -> None:
+def test_tool_path_with_forced_calls(plain_run: dict[str, Any], assets: Path, sandbox: str, tmp_path: Path) -> None:
     if plain_run["metrics"]["counts"]["tool_calls"] > 0:
         pytest.skip("the plain run already executed real tool calls")
     # Problems whose answer is 42, so forced "\boxed{42}" answers score as correct.
     data = tmp_path / "forty_two.parquet"
-    rows = [{"data_source": "synthetic_arith", "prompt": [{"role": "user", "content": f"What is {a} * {b}? "
-                                                                 "Put the answer in \\boxed{}."}],
-             "ability": "MATH", "reward_model": {"style": "rule", "ground_truth": "42"},
-             "extra_info": {"index": f"p{a}x{b}"}, "agent_name": "tool_agent"} for a, b in ((6, 7), (7, 6))]
+    rows = [
+        {
+            "data_source": "synthetic_arith",
+            "prompt": [{"role": "user", "content": f"What is {a} * {b}? Put the answer in \\boxed{{}}."}],
+            "ability": "MATH",
+            "reward_model": {"style": "rule", "ground_truth": "42"},
+            "extra_info": {"index": f"p{a}x{b}"},
+            "agent_name": "tool_agent",
+        }
+        for a, b in ((6, 7), (7, 6))
+    ]
     pq.write_table(pa.Table.from_pylist(rows), data)
     out = tmp_path / "eval-forced"
     before = counters(sandbox)

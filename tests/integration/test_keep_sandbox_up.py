@@ -40,12 +40,27 @@ def supervised_sandbox(tmp_path: Path, pause_s: str) -> Iterator[tuple[str, subp
     """(its URL, the script, its log): scripts/keep_sandbox_up.sh on a free port; killed afterwards if still up."""
     port = free_port()
     log = tmp_path / "sandbox.log"
-    env = {**os.environ, "RETOOL_SANDBOX_BIN": str(Path(sys.executable).parent / "retool-sandbox"),
-           "RESTART_PAUSE_S": pause_s}
+    env = {
+        **os.environ,
+        "RETOOL_SANDBOX_BIN": str(Path(sys.executable).parent / "retool-sandbox"),
+        "RESTART_PAUSE_S": pause_s,
+    }
     with open(log, "w") as out:
-        supervisor = subprocess.Popen([str(REPO_ROOT / "scripts" / "keep_sandbox_up.sh"), "--host", "127.0.0.1",
-                                       "--port", str(port), "--slots", "1"], env=env, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        supervisor = subprocess.Popen(
+            [
+                str(REPO_ROOT / "scripts" / "keep_sandbox_up.sh"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--slots",
+                "1",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield f"http://127.0.0.1:{port}", supervisor, log
     finally:

@@ -92,10 +92,17 @@ def runtime_env(tree: Path) -> dict:
     recipe = tree / "recipe" / "retool"
     shutil.copy(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh", recipe)
     scripts = str(Path(sys.executable).parent)  # retool-verl-recipe, which the copied launcher asks for the checkout
-    env = {**os.environ, "DRY_RUN": "1", "DEVICE": "cpu", "PYTHON": sys.executable, "MODEL_PATH": "./m",
-           "PATH": f"{scripts}:{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", "run_qwen3_4b_dapo_npu.sh"], cwd=recipe, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "DEVICE": "cpu",
+        "PYTHON": sys.executable,
+        "MODEL_PATH": "./m",
+        "PATH": f"{scripts}:{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        ["bash", "run_qwen3_4b_dapo_npu.sh"], cwd=recipe, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = yaml.safe_load(proc.stdout)["ray_kwargs"]["ray_init"]["runtime_env"]
     assert found["worker_process_setup_hook"] == HOOK
@@ -107,16 +114,29 @@ def drive(cwd: Path, runtime_env: dict, address: str = "", control: bool = False
     env = {**os.environ, "PYTHONSAFEPATH": "1", "HOME": temp_dir}  # as scripts/launch.sh starts verl
     env.pop("RAY_ADDRESS", None)
     try:
-        proc = subprocess.run([sys.executable, "-c", DRIVER, address, temp_dir, json.dumps(runtime_env),
-                               *(["--control"] if control else [])], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=400)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                DRIVER,
+                address,
+                temp_dir,
+                json.dumps(runtime_env),
+                *(["--control"] if control else []),
+            ],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
     finally:
         for pid in processes_with(temp_dir):  # a local Ray this driver started and left behind
             os.kill(pid, 9)
         shutil.rmtree(temp_dir, ignore_errors=True)
     line = next((text for text in proc.stdout.splitlines() if text.startswith("REPORT ")), None)
     assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(line[len("REPORT "):])
+    return json.loads(line[len("REPORT ") :])
 
 
 def assert_clear_of(folder: Path, worker: dict) -> None:
@@ -151,10 +171,25 @@ def ray_start_cluster(tmp_path_factory):
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONSAFEPATH", "RAY_ADDRESS")}
     env["HOME"] = temp_dir  # no auth token of an earlier Ray in this session
     ray = str(Path(sys.executable).with_name("ray"))
-    head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-                             "--include-dashboard=false", "--num-cpus=1", "--disable-usage-stats",
-                             f"--temp-dir={temp_dir}"], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    head = subprocess.Popen(
+        [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+        ],
+        cwd=elsewhere,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not listening(port):
@@ -168,8 +203,9 @@ def ray_start_cluster(tmp_path_factory):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def test_workers_that_ray_start_brought_up_elsewhere_are_kept_clear_of_the_launch_folder(tree, runtime_env,
-                                                                                       ray_start_cluster):
+def test_workers_that_ray_start_brought_up_elsewhere_are_kept_clear_of_the_launch_folder(
+    tree, runtime_env, ray_start_cluster
+):
     """The driver joins from the checkout's root, where verl/ would hide the installed verl: Ray sends that folder
     to workers on every node, however they were started."""
     address, elsewhere = ray_start_cluster
@@ -189,15 +225,24 @@ def sft_data(folder: Path) -> Path:
     from retool.profiles import get_profile
 
     profile = get_profile("reference")
-    user = ("Solve it with code.\n*user question:*\nWhat is 6*7?\n\nRemember to place the final answer in the last "
-            "part using the format: \n<answer>\n\\boxed{{'The final answer goes here.'}}\n</answer>")
-    assistant = ("<code>\n```python\nprint(6*7)\n```\n</code>\n<interpreter>\n42\n</interpreter>\n\n"
-                 "<answer>\n\\boxed{42}\n</answer>")
+    user = (
+        "Solve it with code.\n*user question:*\nWhat is 6*7?\n\nRemember to place the final answer in the last "
+        "part using the format: \n<answer>\n\\boxed{{'The final answer goes here.'}}\n</answer>"
+    )
+    assistant = (
+        "<code>\n```python\nprint(6*7)\n```\n</code>\n<interpreter>\n42\n</interpreter>\n\n"
+        "<answer>\n\\boxed{42}\n</answer>"
+    )
     raw = folder / "raw.parquet"
-    pq.write_table(pa.Table.from_pylist([{"messages": [{"role": "user", "content": user},
-                                                        {"role": "assistant", "content": assistant}]}]), raw)
-    summary = preprocess(raw, folder / "retool_sft.parquet", profile.tool_config_path,
-                         prompt_style=profile.prompt_style)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}]
+        ),
+        raw,
+    )
+    summary = preprocess(
+        raw, folder / "retool_sft.parquet", profile.tool_config_path, prompt_style=profile.prompt_style
+    )
     assert summary["converted"] == 1, summary
     return folder
 
@@ -210,13 +255,27 @@ def test_torchrun_ranks_import_the_installed_verl_not_the_one_in_the_launch_fold
     run_dir = tmp_path / "run"
     missing = tmp_path / "no-such-model"
     scripts = str(Path(sys.executable).parent)
-    env = {**os.environ, "DEVICE": "cpu", "NPROC_PER_NODE": "1", "PYTHON": sys.executable, "RUN_DIR": str(run_dir),
-           "DATA_DIR": str(sft_data(tmp_path)), "MODEL_PATH": str(missing), "HF_HUB_OFFLINE": "1",
-           "PATH": f"{scripts}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "NPROC_PER_NODE": "1",
+        "PYTHON": sys.executable,
+        "RUN_DIR": str(run_dir),
+        "DATA_DIR": str(sft_data(tmp_path)),
+        "MODEL_PATH": str(missing),
+        "HF_HUB_OFFLINE": "1",
+        "PATH": f"{scripts}:{os.environ['PATH']}",
+    }
     for key in ("DRY_RUN", "SHAKEDOWN", "PYTHONSAFEPATH"):
         env.pop(key, None)  # the launch sets PYTHONSAFEPATH itself
-    proc = subprocess.run(["bash", "recipe/retool/run_qwen3_4b_sft_npu.sh", "trainer.total_training_steps=1"],
-                          cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "recipe/retool/run_qwen3_4b_sft_npu.sh", "trainer.total_training_steps=1"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = (run_dir / "logs" / "sft.log").read_text()
     assert proc.returncode != 0, log[-3000:]
     assert imported(tree) == [], imported(tree)
@@ -228,8 +287,13 @@ def test_torchrun_ranks_import_the_installed_verl_not_the_one_in_the_launch_fold
 def older_python() -> str | None:
     """A Python 3.10 on this host, if any (pyenv's, or on PATH)."""
     for path in [*sorted(Path.home().glob(".pyenv/versions/3.10*/bin/python3.10")), shutil.which("python3.10")]:
-        if path and subprocess.run([str(path), "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 10))"],
-                                   capture_output=True).returncode == 0:
+        if (
+            path
+            and subprocess.run(
+                [str(path), "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 10))"], capture_output=True
+            ).returncode
+            == 0
+        ):
             return str(path)
     return None
 
@@ -240,33 +304,51 @@ def test_a_python_older_than_3_11_is_refused_outside_the_checkout(tree, tmp_path
         pytest.skip("no Python 3.10 on this host")
     # Python 3.10 that finds the recipe and verl (the launcher looks them up without importing them).
     wrapper = tmp_path / "python"
-    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={REPO_ROOT}:{SITE} exec {python310} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={REPO_ROOT}:{SITE} exec {python310} "$@"\n')
     wrapper.chmod(0o755)
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": str(wrapper), "DEVICE": "cpu"}
-    proc = subprocess.run([str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh")], cwd=tree / "recipe" / "retool", env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh")],
+        cwd=tree / "recipe" / "retool",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().endswith(
         f"error: {wrapper} is older than Python 3.11, which puts the folder a launch runs from "
         f"({tree / 'recipe' / 'retool'}) first on sys.path: a retool.py or verl/ there would be imported instead of "
-        f"the recipe's. Launch from the checkout (cd {REPO_ROOT}), or set PYTHON to a Python >= 3.11")
+        f"the recipe's. Launch from the checkout (cd {REPO_ROOT}), or set PYTHON to a Python >= 3.11"
+    )
     assert imported(tree) == []
 
 
-@pytest.mark.parametrize("device, fix", [
-    ("npu", "cd {repo} && PYTHON={python} bash scripts/install_npu.sh"),
-    ("cpu", "cd {repo} && make setup (the launch then takes .venv/bin/python when PYTHON is unset)"),
-    ("cuda", "cd {repo} && {python} -m pip install -e '.[cuda]' && {python} -m retool.verl_install install"),
-])
+@pytest.mark.parametrize(
+    "device, fix",
+    [
+        ("npu", "cd {repo} && PYTHON={python} bash scripts/install_npu.sh"),
+        ("cpu", "cd {repo} && make setup (the launch then takes .venv/bin/python when PYTHON is unset)"),
+        ("cuda", "cd {repo} && {python} -m pip install -e '.[cuda]' && {python} -m retool.verl_install install"),
+    ],
+)
 def test_a_python_without_the_recipe_gets_its_device_s_install_command(tmp_path, device, fix):
     bare = tmp_path / "python3"  # isolated: sees neither the recipe nor verl
-    bare.write_text("#!/bin/sh\nexec /usr/bin/python3 -I \"$@\"\n")
+    bare.write_text('#!/bin/sh\nexec /usr/bin/python3 -I "$@"\n')
     bare.chmod(0o755)
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": str(bare), "DEVICE": device}
-    proc = subprocess.run([str(REPO_ROOT / "scripts" / "launch.sh"), "sft"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "launch.sh"), "sft"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     how = fix.format(repo=REPO_ROOT, python=bare)
-    assert proc.stderr.strip() == (f"error: {bare} cannot import the recipe and verl: install them into that "
-                                   f"environment ({how}; docs/install.md), or set PYTHON to the interpreter that "
-                                   "has them")
+    assert proc.stderr.strip() == (
+        f"error: {bare} cannot import the recipe and verl: install them into that "
+        f"environment ({how}; docs/install.md), or set PYTHON to the interpreter that "
+        "has them"
+    )

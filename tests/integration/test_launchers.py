@@ -23,8 +23,9 @@ SANDBOX = "http://10.0.0.5:8080/run_code"
 
 def dry_run(launcher: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, **env}
-    return subprocess.run([str(REPO / launcher), *overrides], cwd=REPO, env=full_env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [str(REPO / launcher), *overrides], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def resolved(launcher: str, *overrides: str, **env: str) -> dict:
@@ -36,8 +37,9 @@ def resolved(launcher: str, *overrides: str, **env: str) -> dict:
 @pytest.fixture(scope="module")
 def sft_npu() -> dict:
     """A shakedown (SHAKEDOWN=1) of the NPU SFT launch: its paths and overrides are the launch's either way."""
-    return resolved("run_qwen3_4b_sft_npu.sh", "optim.lr=2e-5", MODEL_PATH="/models/qwen3-4b", DATA_DIR="/data/rt",
-                    SHAKEDOWN="1")
+    return resolved(
+        "run_qwen3_4b_sft_npu.sh", "optim.lr=2e-5", MODEL_PATH="/models/qwen3-4b", DATA_DIR="/data/rt", SHAKEDOWN="1"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +49,16 @@ def dapo_npu_improved_shakedown() -> dict:
 
 @pytest.fixture(scope="module")
 def dapo_npu() -> dict:
-    return resolved("run_qwen3_4b_dapo_npu.sh", "trainer.total_training_steps=130", NNODES="2",
-                    MODEL_PATH="/ckpt/sft-merged", DATA_DIR="/data/rt", RETOOL_SANDBOX_URL=SANDBOX,
-                    TENSORBOARD_DIR="/shared/tb/rl", HCCL_CONNECT_TIMEOUT="3000")
+    return resolved(
+        "run_qwen3_4b_dapo_npu.sh",
+        "trainer.total_training_steps=130",
+        NNODES="2",
+        MODEL_PATH="/ckpt/sft-merged",
+        DATA_DIR="/data/rt",
+        RETOOL_SANDBOX_URL=SANDBOX,
+        TENSORBOARD_DIR="/shared/tb/rl",
+        HCCL_CONNECT_TIMEOUT="3000",
+    )
 
 
 def test_sft_launcher_passes_extra_overrides_and_paths(sft_npu):
@@ -80,9 +89,15 @@ def test_what_ray_workers_read_from_the_environment_travels_in_the_job_runtime_e
     env_vars = dict(dapo_npu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"])
     # verl's metric stream: a numbered file per launch in the run folder (verl truncates the file it opens)
     assert re.fullmatch(r"/.*/logs/metrics/rl-1\.jsonl", env_vars.pop("VERL_FILE_LOGGER_PATH"))
-    assert env_vars == {"TENSORBOARD_DIR": "/shared/tb/rl", "RETOOL_SANDBOX_URL": SANDBOX, "PYTHONSAFEPATH": "1",
-                        "HCCL_CONNECT_TIMEOUT": "3000", "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
-                        "RAY_DEDUP_LOGS": "0"}
+    assert env_vars == {
+        "TENSORBOARD_DIR": "/shared/tb/rl",
+        "RETOOL_SANDBOX_URL": SANDBOX,
+        "PYTHONSAFEPATH": "1",
+        "HCCL_CONNECT_TIMEOUT": "3000",
+        "TASK_QUEUE_ENABLE": "1",
+        "VLLM_USE_V1": "1",
+        "RAY_DEDUP_LOGS": "0",
+    }
 
 
 def test_dapo_launcher_defaults_the_sandbox_url_and_refuses_the_old_variable():
@@ -97,8 +112,9 @@ def test_the_rl_launcher_names_the_sft_model_it_needs(rl_inputs, tmp_path):
     cfg = resolved("run_qwen3_4b_dapo_npu.sh", MODEL_PATH="")
     assert cfg["actor_rollout_ref"]["model"]["path"] == "MODEL_PATH-not-set"
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": ""})
-    assert proc.returncode == 2 and ("MODEL_PATH is not set: set MODEL_PATH to the model the SFT stage printed"
-                                     in proc.stderr)
+    assert proc.returncode == 2 and (
+        "MODEL_PATH is not set: set MODEL_PATH to the model the SFT stage printed" in proc.stderr
+    )
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "MODEL_PATH": str(tmp_path / "missing")})
     assert proc.returncode == 1 and "set MODEL_PATH to the model path it printed" in proc.stderr
 
@@ -115,8 +131,9 @@ def test_multi_node_sft_needs_one_shared_run_dir(tmp_path):
     env = {**os.environ, "DATA_DIR": str(tmp_path), "PYTHON": sys.executable, "NNODES": "2", "NODE_RANK": "1"}
     for key in ("DRY_RUN", "RUN_DIR"):
         env.pop(key, None)
-    proc = subprocess.run([str(REPO / "run_qwen3_4b_sft_npu.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [str(REPO / "run_qwen3_4b_sft_npu.sh")], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "needs RUN_DIR set to one shared folder" in proc.stderr
 
@@ -193,8 +210,9 @@ def test_unknown_key_fails(launcher):
 def test_missing_input_is_an_error_outside_dry_run(tmp_path):
     env = {**os.environ, "DATA_DIR": str(tmp_path), "PYTHON": sys.executable}
     env.pop("DRY_RUN", None)
-    proc = subprocess.run([str(REPO / "run_qwen3_4b_sft_npu.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [str(REPO / "run_qwen3_4b_sft_npu.sh")], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1
     assert f"{tmp_path}/retool_sft.parquet not found" in proc.stderr
     assert "retool-data prepare --profile reference" in proc.stderr
@@ -208,8 +226,9 @@ def launch(launcher: str, *overrides: str, env: dict, path: str | None = None) -
             full_env.pop(key, None)
     if path is not None:
         full_env["PATH"] = path
-    return subprocess.run([str(REPO / launcher), *overrides], cwd=REPO, env=full_env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [str(REPO / launcher), *overrides], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
@@ -219,17 +238,21 @@ def test_an_npu_launch_never_runs_on_the_cpu_venv(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python3 = bin_dir / "python3"  # this venv's python: it has retool and verl, and the CPU build of torch
-    python3.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python3.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     python3.chmod(0o755)
-    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run")},
-                  path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    proc = launch(
+        "run_qwen3_4b_sft_npu.sh",
+        env={"DATA_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run")},
+        path=f"{bin_dir}{os.pathsep}/usr/bin:/bin",
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "without torch_npu" in proc.stderr and "PYTHON=" in proc.stderr and "CPU stack" in proc.stderr
     assert not (tmp_path / "run" / "sft.resolved.yaml").exists()  # stopped before resolving anything
     # and a python3 that cannot import the recipe at all is named with the fix
-    python3.write_text("#!/bin/sh\nexec /usr/bin/python3 -I \"$@\"\n")  # isolated: sees no recipe
-    proc = launch("run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path)},
-                  path=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    python3.write_text('#!/bin/sh\nexec /usr/bin/python3 -I "$@"\n')  # isolated: sees no recipe
+    proc = launch(
+        "run_qwen3_4b_sft_npu.sh", env={"DATA_DIR": str(tmp_path)}, path=f"{bin_dir}{os.pathsep}/usr/bin:/bin"
+    )
     assert proc.returncode == 1 and "cannot import the recipe and verl" in proc.stderr
 
 
@@ -239,17 +262,25 @@ def test_rl_refuses_a_sandbox_weaker_than_bwrap(rl_inputs, tmp_path, isolation):
 
     # the rlimit tier runs code as an unprivileged uid, which cannot reach a venv under /root: the system python
     with running_sandbox(isolation=isolation, slots=1, python="/usr/bin/python3") as url:
-        proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
-                                                       "RETOOL_SANDBOX_URL": url + "/run_code"})
+        proc = launch(
+            "run_qwen3_4b_dapo_npu.sh",
+            env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"), "RETOOL_SANDBOX_URL": url + "/run_code"},
+        )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"isolation '{isolation}'" in proc.stderr and "RETOOL_ACCEPT_WEAK_ISOLATION=1" in proc.stderr
     assert "bubblewrap" in proc.stderr and not (tmp_path / "run" / "logs" / "rl.log").exists()
 
 
 def test_rl_refuses_a_sandbox_that_does_not_answer(rl_inputs, tmp_path):
-    proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(tmp_path / "run"),
-                                                   "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code",  # refused
-                                                   GRACE_VARIABLE: "3"})
+    proc = launch(
+        "run_qwen3_4b_dapo_npu.sh",
+        env={
+            **rl_inputs,
+            "RUN_DIR": str(tmp_path / "run"),
+            "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code",  # refused
+            GRACE_VARIABLE: "3",
+        },
+    )
     assert proc.returncode == 1 and "does not answer GET /v1/ping" in proc.stderr
     assert "(refused connections for 3 s)" in proc.stderr  # the launch's setting reached the check
 
@@ -257,8 +288,9 @@ def test_rl_refuses_a_sandbox_that_does_not_answer(rl_inputs, tmp_path):
 def test_a_resume_that_would_train_something_else_is_refused(rl_inputs, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    saved = dry_run("run_qwen3_4b_dapo_npu.sh", "actor_rollout_ref.actor.optim.lr=2e-6",
-                    **{**rl_inputs, "RUN_DIR": str(run_dir)})
+    saved = dry_run(
+        "run_qwen3_4b_dapo_npu.sh", "actor_rollout_ref.actor.optim.lr=2e-6", **{**rl_inputs, "RUN_DIR": str(run_dir)}
+    )
     assert saved.returncode == 0, saved.stderr[-2000:]
     (run_dir / "rl.resolved.yaml").write_text(saved.stdout)
     proc = launch("run_qwen3_4b_dapo_npu.sh", env={**rl_inputs, "RUN_DIR": str(run_dir)})
@@ -272,31 +304,64 @@ def test_rl_refuses_a_reward_manager_that_drops_num_turns_before_anything_starts
     verl would train on over padding. The launch refuses it with the fix, before the sandbox gate, Ray or verl, and
     leaves no config behind that a later launch of the same RUN_DIR would take for a run to resume."""
     run_dir = tmp_path / "run"
-    proc = launch("run_qwen3_4b_dapo_npu.sh", "reward.reward_manager.name=dapo",
-                  env={**rl_inputs, "RUN_DIR": str(run_dir), "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code"})
+    proc = launch(
+        "run_qwen3_4b_dapo_npu.sh",
+        "reward.reward_manager.name=dapo",
+        env={**rl_inputs, "RUN_DIR": str(run_dir), "RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code"},
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "reward.reward_manager.name=dapo: verl's dapo reward manager does not pass the agent loop's num_turns" \
-        in proc.stderr and "Fix: set reward.reward_manager.name=naive" in proc.stderr
+    assert (
+        "reward.reward_manager.name=dapo: verl's dapo reward manager does not pass the agent loop's num_turns"
+        in proc.stderr
+        and "Fix: set reward.reward_manager.name=naive" in proc.stderr
+    )
     assert "does not answer" not in proc.stderr  # stopped before the sandbox gate
     assert not (run_dir / "rl.resolved.yaml").exists() and not (run_dir / "logs" / "rl.log").exists()
     assert not list(run_dir.glob(".rl.resolved.yaml.*"))
 
 
-@pytest.mark.parametrize("stage, module, overrides", [
-    ("sft", "verl.trainer.sft_trainer", ["device/sft=npu", "profile/sft=improved", "trainer.total_training_steps=3"]),
-    ("rl", "verl.trainer.main_ppo", ["device/rl=cuda", "profile/rl=improved", "trainer_mode/rl=separate_async",
-                                     "+shakedown=rl", "+ray_kwargs.ray_init.runtime_env.env_vars.X='a b'"]),
-])
+@pytest.mark.parametrize(
+    "stage, module, overrides",
+    [
+        (
+            "sft",
+            "verl.trainer.sft_trainer",
+            ["device/sft=npu", "profile/sft=improved", "trainer.total_training_steps=3"],
+        ),
+        (
+            "rl",
+            "verl.trainer.main_ppo",
+            [
+                "device/rl=cuda",
+                "profile/rl=improved",
+                "trainer_mode/rl=separate_async",
+                "+shakedown=rl",
+                "+ray_kwargs.ray_init.runtime_env.env_vars.X='a b'",
+            ],
+        ),
+    ],
+)
 def test_the_launchers_composer_prints_what_verl_s_entry_point_prints(stage, module, overrides):
     # DRY_RUN and the resolve step compose with retool.compose (no verl import); the run itself is verl's module.
     args = ["--config-path", str(REPO / "configs"), "--config-name", stage, *overrides, "--cfg", "job", "--resolve"]
     printed = {}
     for entry in (module, "retool.compose"):
-        proc = subprocess.run([sys.executable, "-m", entry, *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "RETOOL_DATA_DIR": "/data/rt"})
+        proc = subprocess.run(
+            [sys.executable, "-m", entry, *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "RETOOL_DATA_DIR": "/data/rt"},
+        )
         assert proc.returncode == 0, f"{entry}: {proc.stderr[-3000:]}"
         printed[entry] = proc.stdout
     assert printed["retool.compose"] == printed[module] and len(printed[module].splitlines()) > 200
-    broken = subprocess.run([sys.executable, "-m", "retool.compose", *args[:4], "no.such.key=1", "--cfg", "job"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    broken = subprocess.run(
+        [sys.executable, "-m", "retool.compose", *args[:4], "no.such.key=1", "--cfg", "job"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert broken.returncode != 0 and "no.such.key" in broken.stderr

@@ -52,9 +52,14 @@ ACTORS = textwrap.dedent(
     """
 )
 # what the smoke's RL stage runs here: two steps, a checkpoint after each, no validation
-SHORT = ["+smoke=rl", f"trainer.total_training_steps={STEPS}", "trainer.save_freq=1", "trainer.test_freq=-1",
-         "trainer.val_before_train=false",
-         "actor_rollout_ref.rollout.agent.num_workers=2"]  # verl places agent-loop workers round-robin by node
+SHORT = [
+    "+smoke=rl",
+    f"trainer.total_training_steps={STEPS}",
+    "trainer.save_freq=1",
+    "trainer.test_freq=-1",
+    "trainer.val_before_train=false",
+    "actor_rollout_ref.rollout.agent.num_workers=2",
+]  # verl places agent-loop workers round-robin by node
 
 
 def counters(url: str) -> dict:
@@ -82,8 +87,13 @@ def wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 900)
 
 
 def actors(cluster: dict) -> dict[str, list[str]]:
-    table = subprocess.run([sys.executable, "-c", ACTORS, cluster["env"]["RAY_ADDRESS"]], env=cluster["env"],
-                           capture_output=True, text=True, timeout=120)
+    table = subprocess.run(
+        [sys.executable, "-c", ACTORS, cluster["env"]["RAY_ADDRESS"]],
+        env=cluster["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert table.returncode == 0, table.stderr[-2000:]
     return json.loads(table.stdout)
 
@@ -138,37 +148,59 @@ def cluster(tmp_path_factory) -> dict:
     """The two nodes, each with its own sandbox (the head's: the launch's RETOOL_SANDBOX_URL), and the improved
     profile's tool config with sessions per trajectory."""
     node_port = free_port()
-    with running_sandbox(slots=2) as head_sandbox, running_sandbox(slots=2, port=node_port) as node_sandbox, \
-            two_node_cluster(f"{node_sandbox}/run_code", cpus_per_node=8) as env:
-        yield {"env": env, "sandboxes": {"head": head_sandbox, "node": node_sandbox},
-               "tool": per_trajectory_tool(tmp_path_factory.mktemp("tool"))}
+    with (
+        running_sandbox(slots=2) as head_sandbox,
+        running_sandbox(slots=2, port=node_port) as node_sandbox,
+        two_node_cluster(f"{node_sandbox}/run_code", cpus_per_node=8) as env,
+    ):
+        yield {
+            "env": env,
+            "sandboxes": {"head": head_sandbox, "node": node_sandbox},
+            "tool": per_trajectory_tool(tmp_path_factory.mktemp("tool")),
+        }
 
 
 def launch_env(cluster: dict, smoke_assets: Path, run_dir: Path) -> dict:
-    return {**cluster["env"], "DEVICE": "cpu", "PROFILE": "improved", "NNODES": "2", "NPROC_PER_NODE": "1",
-            "RUN_DIR": str(run_dir), "DATA_DIR": str(smoke_assets / "launcher-data"),
-            "MODEL_PATH": str(smoke_assets / "model"), "RETOOL_DATA_DIR": str(smoke_assets / "data"),
-            "RETOOL_SANDBOX_URL": f"{cluster['sandboxes']['head']}/run_code", "PYTHON": sys.executable}
+    return {
+        **cluster["env"],
+        "DEVICE": "cpu",
+        "PROFILE": "improved",
+        "NNODES": "2",
+        "NPROC_PER_NODE": "1",
+        "RUN_DIR": str(run_dir),
+        "DATA_DIR": str(smoke_assets / "launcher-data"),
+        "MODEL_PATH": str(smoke_assets / "model"),
+        "RETOOL_DATA_DIR": str(smoke_assets / "data"),
+        "RETOOL_SANDBOX_URL": f"{cluster['sandboxes']['head']}/run_code",
+        "PYTHON": sys.executable,
+    }
 
 
 @pytest.fixture(scope="module")
 def two_node_run(cluster, smoke_assets, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("rl-2n")
     run_dir = root / "run"
-    launcher = [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh"), *SHORT,
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",  # the smoke's 32 trajectories, per rank
-                f"actor_rollout_ref.rollout.multi_turn.tool_config_path={cluster['tool']}"]
+    launcher = [
+        str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh"),
+        *SHORT,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",  # the smoke's 32 trajectories, per rank
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={cluster['tool']}",
+    ]
     env = launch_env(cluster, smoke_assets, run_dir)
     latest = run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt"
     table_before, started = actors(cluster), time.monotonic()
     with open(root / "first.console", "w") as out:
-        first = subprocess.Popen(launcher, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        first = subprocess.Popen(
+            launcher, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         wait_for(lambda: latest.is_file() and latest.read_text().strip() == "1", first, "step 1's checkpoint")
         at_checkpoint = sum(c["requests"] for c in all_counters(cluster).values())
-        wait_for(lambda: sum(c["requests"] for c in all_counters(cluster).values()) >= at_checkpoint + 4, first,
-                 "step 2's tool calls")
+        wait_for(
+            lambda: sum(c["requests"] for c in all_counters(cluster).values()) >= at_checkpoint + 4,
+            first,
+            "step 2's tool calls",
+        )
         os.killpg(first.pid, signal.SIGKILL)  # the launch, its console and verl's driver: as a crash would
         first.wait()
     finally:
@@ -181,11 +213,21 @@ def two_node_run(cluster, smoke_assets, tmp_path_factory) -> dict:
     second = subprocess.run(launcher, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     resumed_in = time.monotonic() - resumed
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    run = {"run_dir": run_dir, "second": second.stdout + second.stderr, "placed": placed(table_before, actors(cluster)),
-           "calls": difference(at_kill, all_counters(cluster))}
-    record("rl sync, killed in step 2 and resumed", {
-        "killed after (s)": round(killed_after), "resumed run (s)": round(resumed_in), "placed": run["placed"],
-        "resumed launch's calls per sandbox": run["calls"]})
+    run = {
+        "run_dir": run_dir,
+        "second": second.stdout + second.stderr,
+        "placed": placed(table_before, actors(cluster)),
+        "calls": difference(at_kill, all_counters(cluster)),
+    }
+    record(
+        "rl sync, killed in step 2 and resumed",
+        {
+            "killed after (s)": round(killed_after),
+            "resumed run (s)": round(resumed_in),
+            "placed": run["placed"],
+            "resumed launch's calls per sandbox": run["calls"],
+        },
+    )
     return run
 
 
@@ -199,15 +241,19 @@ def test_trainer_ranks_and_rollout_replicas_ran_on_both_nodes(two_node_run):
     assert trainer and all(nodes == both for nodes in trainer), placed_on
     actor = two_node_run["run_dir"] / "checkpoints" / "rl" / f"global_step_{STEPS}" / "actor"
     assert sorted(path.name for path in actor.glob("model_world_size_*_rank_*.pt")) == [
-        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
 
 
 def test_each_node_called_its_own_sandbox_and_each_trajectory_one_sandbox(two_node_run):
-    trajectories = [json.loads(line) for line in
-                    (two_node_run["run_dir"] / "rollouts" / f"{STEPS}.jsonl").read_text().splitlines()]
+    trajectories = [
+        json.loads(line) for line in (two_node_run["run_dir"] / "rollouts" / f"{STEPS}.jsonl").read_text().splitlines()
+    ]
     calls = two_node_run["calls"]  # what the resumed launch asked of each server
-    outcomes = {key: sum(t.get(key, 0) for t in trajectories) for key in ("tool_calls", "tool_retried",
-                                                                           "tool_unavailable")}
+    outcomes = {
+        key: sum(t.get(key, 0) for t in trajectories) for key in ("tool_calls", "tool_retried", "tool_unavailable")
+    }
     seen = (calls, outcomes, sum(t["tool_calls"] > 0 for t in trajectories))
     assert all(calls[name]["requests"] > 1 and calls[name]["sessions"] > 0 for name in calls), seen
     # each node's check ran one program; the rest are step 2's calls, one session per trajectory that called
@@ -218,13 +264,15 @@ def test_each_node_called_its_own_sandbox_and_each_trajectory_one_sandbox(two_no
 def test_the_resume_went_on_on_both_nodes_in_the_same_data_order(two_node_run, smoke_assets):
     run_dir = two_node_run["run_dir"]
     assert "[resume] rl continues after the checkpoint of step 1" in two_node_run["second"]
-    assert f"Resuming from {run_dir / 'checkpoints' / 'rl' / 'global_step_1'}" in (run_dir / "logs" /
-                                                                                  "rl.log").read_text()
+    assert (
+        f"Resuming from {run_dir / 'checkpoints' / 'rl' / 'global_step_1'}" in (run_dir / "logs" / "rl.log").read_text()
+    )
     # step 1 trained by the killed launch, step 2 by the resumed one: each the batch of an uninterrupted run
     order = data_order(smoke_assets / "data" / "rl_train.parquet", None, STEPS * BATCH)  # rl.yaml: data.seed unset
     for step in range(1, STEPS + 1):
         assert trained(run_dir / "rollouts" / f"{step}.jsonl") == dict.fromkeys(
-            order[(step - 1) * BATCH:step * BATCH], 4), step  # 4 samples of each prompt
+            order[(step - 1) * BATCH : step * BATCH], 4
+        ), step  # 4 samples of each prompt
     assert scalar_points(run_dir / "tensorboard" / "rl", "critic/score/mean") == dict.fromkeys(range(1, STEPS + 1), 1)
 
 
@@ -233,20 +281,39 @@ def separate_run(cluster, smoke_assets, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("rl-2n-separate") / "run"
     # One device per node here: the trainer takes one node and the rollout the other. (The launcher's split gives
     # ROLLOUT_DEVICES of each node's NPROC_PER_NODE to the rollout, so it is told 2 and 1, then one node each.)
-    launcher = [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh"), *SHORT, "trainer.nnodes=1",
-                f"actor_rollout_ref.rollout.multi_turn.tool_config_path={cluster['tool']}"]
-    env = {**launch_env(cluster, smoke_assets, run_dir), "TRAINER_MODE": "separate_async", "NPROC_PER_NODE": "2",
-           "ROLLOUT_DEVICES": "1"}
+    launcher = [
+        str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh"),
+        *SHORT,
+        "trainer.nnodes=1",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={cluster['tool']}",
+    ]
+    env = {
+        **launch_env(cluster, smoke_assets, run_dir),
+        "TRAINER_MODE": "separate_async",
+        "NPROC_PER_NODE": "2",
+        "ROLLOUT_DEVICES": "1",
+    }
     table_before, counters_before, started = actors(cluster), all_counters(cluster), time.monotonic()
     done = subprocess.run(launcher, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     metrics = [json.loads(line) for line in (run_dir / "logs" / "metrics" / "rl-1.jsonl").read_text().splitlines()]
-    run = {"run_dir": run_dir, "placed": placed(table_before, actors(cluster)),
-           "calls": difference(counters_before, all_counters(cluster)),
-           "synced": {m["step"]: m["data"]["weight_sync/bytes"] for m in metrics
-                      if "weight_sync/bytes" in m.get("data", {})}}
-    record("rl separate_async", {"run (s)": round(time.monotonic() - started), "placed": run["placed"],
-                                 "calls per sandbox": run["calls"], "weight sync bytes per step": run["synced"]})
+    run = {
+        "run_dir": run_dir,
+        "placed": placed(table_before, actors(cluster)),
+        "calls": difference(counters_before, all_counters(cluster)),
+        "synced": {
+            m["step"]: m["data"]["weight_sync/bytes"] for m in metrics if "weight_sync/bytes" in m.get("data", {})
+        },
+    }
+    record(
+        "rl separate_async",
+        {
+            "run (s)": round(time.monotonic() - started),
+            "placed": run["placed"],
+            "calls per sandbox": run["calls"],
+            "weight sync bytes per step": run["synced"],
+        },
+    )
     return run
 
 

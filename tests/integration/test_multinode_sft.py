@@ -34,11 +34,21 @@ STEPS = 2
 def two_nodes(smoke_assets, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("sft-2n") / "run"
     env = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "SHAKEDOWN")}
-    env.update(DEVICE="cpu", PROFILE="improved", NNODES="2", NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RUN_DIR=str(run_dir), DATA_DIR=str(smoke_assets / "launcher-data"),
-               MODEL_PATH=str(smoke_assets / "model"), RETOOL_DATA_DIR=str(smoke_assets / "data"),
-               RETOOL_SMOKE_MODEL=str(smoke_assets / "model"), PYTHON=sys.executable,
-               GLOO_SOCKET_IFNAME="lo")  # the interface the ranks talk over, as docs/multinode.md tells each node
+    env.update(
+        DEVICE="cpu",
+        PROFILE="improved",
+        NNODES="2",
+        NPROC_PER_NODE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        RUN_DIR=str(run_dir),
+        DATA_DIR=str(smoke_assets / "launcher-data"),
+        MODEL_PATH=str(smoke_assets / "model"),
+        RETOOL_DATA_DIR=str(smoke_assets / "data"),
+        RETOOL_SMOKE_MODEL=str(smoke_assets / "model"),
+        PYTHON=sys.executable,
+        GLOO_SOCKET_IFNAME="lo",
+    )  # the interface the ranks talk over, as docs/multinode.md tells each node
     # the smoke's batch of 8 is 4 per rank here
     overrides = ["+smoke=sft", "data.micro_batch_size_per_gpu=4", f"trainer.total_training_steps={STEPS}"]
     consoles = [run_dir.parent / f"node{rank}.console" for rank in (0, 1)]  # files: a full pipe would stall a node
@@ -46,9 +56,16 @@ def two_nodes(smoke_assets, tmp_path_factory) -> dict:
     try:
         for rank, console in enumerate(consoles):
             with open(console, "w") as out:
-                nodes.append(subprocess.Popen([str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh"), *overrides],
-                                              cwd=REPO_ROOT, env={**env, "NODE_RANK": str(rank)}, stdout=out,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+                nodes.append(
+                    subprocess.Popen(
+                        [str(REPO_ROOT / "run_qwen3_4b_sft_npu.sh"), *overrides],
+                        cwd=REPO_ROOT,
+                        env={**env, "NODE_RANK": str(rank)},
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             time.sleep(1)  # two hosts never start at the same instant: node 1 finds node 0's resolved config
         for node in nodes:
             node.wait(timeout=900)
@@ -56,8 +73,12 @@ def two_nodes(smoke_assets, tmp_path_factory) -> dict:
         for node in nodes:
             if node.poll() is None:  # a hung rendezvous: stop only what this test started
                 stop_group(node, timeout=10)
-    return {"run_dir": run_dir, "codes": [node.returncode for node in nodes],
-            "consoles": [console.read_text() for console in consoles], "model": smoke_assets / "model"}
+    return {
+        "run_dir": run_dir,
+        "codes": [node.returncode for node in nodes],
+        "consoles": [console.read_text() for console in consoles],
+        "model": smoke_assets / "model",
+    }
 
 
 def test_both_nodes_train_one_job_and_each_keeps_its_own_log(two_nodes):
@@ -81,8 +102,23 @@ def test_the_checkpoint_has_both_ranks_shards_and_merges_to_the_saved_model(two_
     shards = sorted(path.name for path in checkpoint.glob("model_world_size_*_rank_*.pt"))
     assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
     merged = tmp_path / "merged"
-    proc = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                           str(checkpoint), "--target_dir", str(merged)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(checkpoint),
+            "--target_dir",
+            str(merged),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours = load_file(str(merged / "model.safetensors"))
     saved = load_file(str(checkpoint / "huggingface" / "model.safetensors"))
@@ -96,16 +132,21 @@ def test_the_checkpoint_has_both_ranks_shards_and_merges_to_the_saved_model(two_
 
     loaded = AutoModelForCausalLM.from_pretrained(checkpoint / "huggingface")
     one_node = AutoModelForCausalLM.from_pretrained(two_nodes["model"])
-    assert {k: v.shape for k, v in loaded.state_dict().items()} == \
-        {k: v.shape for k, v in one_node.state_dict().items()}
+    assert {k: v.shape for k, v in loaded.state_dict().items()} == {
+        k: v.shape for k, v in one_node.state_dict().items()
+    }
 
 
 def test_the_shakedown_counts_node_0_s_line_as_the_launch(two_nodes):
     from retool.shakedown.runfolder import read_run
 
     records = [json.loads(line) for line in (two_nodes["run_dir"] / "logs" / "launches.jsonl").read_text().splitlines()]
-    assert sorted((r["event"], r["node_rank"]) for r in records) == [("end", "0"), ("end", "1"), ("start", "0"),
-                                                                     ("start", "1")]
+    assert sorted((r["event"], r["node_rank"]) for r in records) == [
+        ("end", "0"),
+        ("end", "1"),
+        ("start", "0"),
+        ("start", "1"),
+    ]
     assert next(r for r in records if r["node_rank"] == "1")["resume"] is True  # node 0's config was there
     stage = read_run(two_nodes["run_dir"]).stages["sft"]
     assert [r["node_rank"] for r in stage.starts] == ["0"] and [r["resume"] for r in stage.starts] == [False]

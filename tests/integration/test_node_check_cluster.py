@@ -54,14 +54,26 @@ def cluster():
 def launch_two_nodes(env: dict, rl_inputs: dict, run_dir: Path, sandbox: str) -> subprocess.CompletedProcess:
     """The RL launcher on the head of the two-node cluster, with ``sandbox`` as the launch's RETOOL_SANDBOX_URL."""
     return subprocess.run(
-        [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-        env={**env, **rl_inputs, "NNODES": "2", "NPROC_PER_NODE": "1", "RUN_DIR": str(run_dir),
-             "RETOOL_SANDBOX_URL": sandbox + "/run_code",
-             GRACE_VARIABLE: "2"})  # a node's dead port is waited for 2 s, not 30 (the wait: test_keep_sandbox_up)
+        [str(REPO_ROOT / "run_qwen3_4b_dapo_npu.sh")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **env,
+            **rl_inputs,
+            "NNODES": "2",
+            "NPROC_PER_NODE": "1",
+            "RUN_DIR": str(run_dir),
+            "RETOOL_SANDBOX_URL": sandbox + "/run_code",
+            GRACE_VARIABLE: "2",
+        },
+    )  # a node's dead port is waited for 2 s, not 30 (the wait: test_keep_sandbox_up)
 
 
-def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_it_has_one(cluster, rl_inputs,
-                                                                                           tmp_path):
+def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_it_has_one(
+    cluster, rl_inputs, tmp_path
+):
     env, node_sandbox_port = cluster
     node_url = f"http://127.0.0.1:{node_sandbox_port}/run_code"
     run_dir = tmp_path / "run"
@@ -74,50 +86,69 @@ def test_a_node_without_its_sandbox_stops_the_launch_and_every_node_passes_once_
         assert "does not answer GET /v1/ping" in launch.stderr
         assert "(refused connections for 2 s)" in launch.stderr  # the launcher's wait, on the second node
         assert "start `retool-sandbox serve` on that node" in launch.stderr
-        head = f"worker environment as launched ({{}} variables)\n       sandbox {head_sandbox}/run_code (from " \
-               f"RETOOL_SANDBOX_URL of the launch): sandbox {head_sandbox}: isolation bwrap; ran print(6*7)"
+        head = (
+            f"worker environment as launched ({{}} variables)\n       sandbox {head_sandbox}/run_code (from "
+            f"RETOOL_SANDBOX_URL of the launch): sandbox {head_sandbox}: isolation bwrap; ran print(6*7)"
+        )
         assert re.search(r"\[ OK \] node [\d.]+: " + re.escape(head).replace(r"\{\}", r"\d+"), launch.stderr)
         assert not (run_dir / "logs" / "rl.log").exists()  # verl never started
 
-        env_vars = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())["ray_kwargs"]["ray_init"][
-            "runtime_env"]["env_vars"]
+        env_vars = yaml.safe_load((run_dir / "rl.resolved.yaml").read_text())["ray_kwargs"]["ray_init"]["runtime_env"][
+            "env_vars"
+        ]
         assert set(DEVICE_VARIABLES) <= set(env_vars)  # what the raylets lack, the launch hands over
         with running_sandbox(slots=1, port=node_sandbox_port) as node_sandbox:
-            check = subprocess.run([sys.executable, "-m", "retool.node_check", "--config",
-                                    str(run_dir / "rl.resolved.yaml")], env={**env, **rl_inputs},
-                                   capture_output=True, text=True, timeout=300)
+            check = subprocess.run(
+                [sys.executable, "-m", "retool.node_check", "--config", str(run_dir / "rl.resolved.yaml")],
+                env={**env, **rl_inputs},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             node_requests = requests(node_sandbox)
         head_requests = requests(head_sandbox)
     assert check.returncode == 0, check.stderr[-3000:]
     # each node's lines, joined: "[ OK ] node ADDRESS: first" and its further lines, indented under the name
-    passed = {node: "; ".join([first, *(line.strip() for line in more.splitlines())]) for node, first, more in
-              re.findall(r"^\[ OK \] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", check.stderr, re.MULTILINE)}
+    passed = {
+        node: "; ".join([first, *(line.strip() for line in more.splitlines())])
+        for node, first, more in re.findall(
+            r"^\[ OK \] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", check.stderr, re.MULTILINE
+        )
+    }
     assert len(passed) == 2 and SECOND_NODE in passed, check.stderr  # the head is on this host's own address
-    for node, url, source in ((next(n for n in passed if n != SECOND_NODE), head_sandbox + "/run_code",
-                               "RETOOL_SANDBOX_URL of the launch"),
-                              (SECOND_NODE, node_url, "RETOOL_NODE_SANDBOX_URL of this node's environment")):
-        assert passed[node].startswith(f"worker environment as launched ({len(env_vars)} variables); sandbox {url} "
-                                       f"(from {source}): "), passed[node]
-        assert passed[node].endswith("isolation bwrap; ran print(6*7); verl, torch and vLLM as on the launching "
-                                     "host; the recipe and verl as on the launching host (same paths, same files); "
-                                     "the run folder shared; the model found"), passed[node]
+    for node, url, source in (
+        (next(n for n in passed if n != SECOND_NODE), head_sandbox + "/run_code", "RETOOL_SANDBOX_URL of the launch"),
+        (SECOND_NODE, node_url, "RETOOL_NODE_SANDBOX_URL of this node's environment"),
+    ):
+        assert passed[node].startswith(
+            f"worker environment as launched ({len(env_vars)} variables); sandbox {url} (from {source}): "
+        ), passed[node]
+        assert passed[node].endswith(
+            "isolation bwrap; ran print(6*7); verl, torch and vLLM as on the launching "
+            "host; the recipe and verl as on the launching host (same paths, same files); "
+            "the run folder shared; the model found"
+        ), passed[node]
     assert node_requests == 1 and head_requests == 2  # each node ran its program on its own sandbox
 
     # the second node's sandbox is down again, so this launch too stops before verl, after the check printed
     with running_sandbox(slots=1) as moved:
         resumed = launch_two_nodes(env, rl_inputs, run_dir, moved)
     assert resumed.returncode == 1, resumed.stderr[-3000:]
-    assert (f"[resume] the workers take this launch's RETOOL_SANDBOX_URL: '{head_sandbox}/run_code' -> "
-            f"'{moved}/run_code'") in resumed.stderr
-    assert (f"sandbox {moved}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
-            f"saved config's {head_sandbox}/run_code): sandbox {moved}: isolation bwrap") in resumed.stderr
+    assert (
+        f"[resume] the workers take this launch's RETOOL_SANDBOX_URL: '{head_sandbox}/run_code' -> '{moved}/run_code'"
+    ) in resumed.stderr
+    assert (
+        f"sandbox {moved}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
+        f"saved config's {head_sandbox}/run_code): sandbox {moved}: isolation bwrap"
+    ) in resumed.stderr
     warnings = [line.strip() for line in resumed.stderr.splitlines() if "this resume moved the sandbox" in line]
     assert len(warnings) == 1, resumed.stderr[-3000:]  # the head calls the new sandbox: no warning there
     assert f"[FAIL] node {SECOND_NODE}: " in resumed.stderr  # its sandbox is down: the warning is one of its lines
     assert warnings[0].startswith(
         f"this resume moved the sandbox to {moved}/run_code (RETOOL_SANDBOX_URL="
         f"{moved}/run_code; the run before it had RETOOL_SANDBOX_URL={head_sandbox}/run_code), but this node's own "
-        f"RETOOL_NODE_SANDBOX_URL={node_url} overrides it: its workers call {node_url}"), warnings[0]
+        f"RETOOL_NODE_SANDBOX_URL={node_url} overrides it: its workers call {node_url}"
+    ), warnings[0]
 
 
 THIRD_NODE = "127.0.0.3"
@@ -136,10 +167,31 @@ def test_a_node_that_sees_other_files_stops_the_launch_naming_each(cluster, rl_i
     hidden = tmp_path_factory.getbasetemp()
     ray = str(Path(sys.executable).with_name("ray"))
     third = subprocess.Popen(
-        ["bwrap", "--dev-bind", "/", "/", "--bind", str(edited / "retool"), str(REPO_ROOT / "retool"),
-         "--tmpfs", str(hidden), "--", ray, "start", f"--address={env['RAY_ADDRESS']}",
-         f"--node-ip-address={THIRD_NODE}", "--block", "--num-cpus=1", "--num-gpus=1", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--bind",
+            str(edited / "retool"),
+            str(REPO_ROOT / "retool"),
+            "--tmpfs",
+            str(hidden),
+            "--",
+            ray,
+            "start",
+            f"--address={env['RAY_ADDRESS']}",
+            f"--node-ip-address={THIRD_NODE}",
+            "--block",
+            "--num-cpus=1",
+            "--num-gpus=1",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     run_dir = tmp_path_factory.mktemp("files") / "run"
     try:
         nodes_up(env, int(env["RAY_ADDRESS"].rsplit(":", 1)[1]), 3)
@@ -151,16 +203,24 @@ def test_a_node_that_sees_other_files_stops_the_launch_naming_each(cluster, rl_i
     assert launch.returncode == 1, launch.stderr[-3000:]
     assert "error: the node check failed before step 1" in launch.stderr
     assert not (run_dir / "logs" / "rl.log").exists()  # verl never started
-    lines = {node: [first, *(line.strip() for line in more.splitlines())] for node, first, more in
-             re.findall(r"^\[(?: OK |FAIL)\] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", launch.stderr, re.MULTILINE)}
+    lines = {
+        node: [first, *(line.strip() for line in more.splitlines())]
+        for node, first, more in re.findall(
+            r"^\[(?: OK |FAIL)\] node ([\d.]+): (.*)\n((?: {7}.*\n?)*)", launch.stderr, re.MULTILINE
+        )
+    }
     assert len(lines) == 3 and {SECOND_NODE, THIRD_NODE} <= set(lines), launch.stderr
     for node in set(lines) - {THIRD_NODE}:
-        assert "the recipe and verl as on the launching host (same paths, same files); the run folder shared; the " \
-               "model found" in lines[node], lines[node]
+        assert (
+            "the recipe and verl as on the launching host (same paths, same files); the run folder shared; the "
+            "model found" in lines[node]
+        ), lines[node]
     assert f"[FAIL] node {THIRD_NODE}: " in launch.stderr
     seen = "\n".join(lines[THIRD_NODE])
-    assert f"retool at {REPO_ROOT / 'retool'} holds other files than on the launching host (another commit or local " \
-           "edits)" in seen
+    assert (
+        f"retool at {REPO_ROOT / 'retool'} holds other files than on the launching host (another commit or local "
+        "edits)" in seen
+    )
     for folder in (run_dir, run_dir / "checkpoints" / "rl"):
         assert f"{folder} is not the launching host's folder here: the file .node-check-" in seen, seen
     assert f"the model {rl_inputs['MODEL_PATH']} is not here" in seen

@@ -27,21 +27,37 @@ def image_python(tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("image") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", f"torch=={TORCH}"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", f"torch=={TORCH}"], check=True, capture_output=True
+    )
     return python
 
 
 def guard(python: str, *args: str, constraints: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "scripts" / "install_npu.sh"), "--allow-missing", "--no-verl",
-                           "--constraints", str(constraints), *args],
-                          env={**os.environ, "PYTHON": python}, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "install_npu.sh"),
+            "--allow-missing",
+            "--no-verl",
+            "--constraints",
+            str(constraints),
+            *args,
+        ],
+        env={**os.environ, "PYTHON": python},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def torch_version(python: str) -> str:
-    proc = subprocess.run([python, "-c", "import importlib.metadata as m, json; print(json.dumps(m.version('torch')))"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [python, "-c", "import importlib.metadata as m, json; print(json.dumps(m.version('torch')))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
@@ -58,8 +74,9 @@ def test_the_recipe_requirements_resolve_without_touching_torch(image_python: st
 
 def test_a_package_that_needs_torch_installs_beside_the_images_torch(image_python: str, tmp_path: Path) -> None:
     before = torch_version(image_python)
-    proc = guard(image_python, "--no-requirements", "tensordict>=0.8.0,<=0.10.0,!=0.9.0",
-                 constraints=tmp_path / "c.txt")
+    proc = guard(
+        image_python, "--no-requirements", "tensordict>=0.8.0,<=0.10.0,!=0.9.0", constraints=tmp_path / "c.txt"
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "the image's stack is unchanged: torch " + before in proc.stdout
     assert torch_version(image_python) == before

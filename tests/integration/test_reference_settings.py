@@ -152,32 +152,57 @@ TOOL_TABLE = [  # (key of configs/tool.yaml's config:, the reference's value, so
 ]
 REFERENCE_SCHEMA = {  # T:14-24
     "type": "function",
-    "function": {"name": "code_interpreter", "description": "A tool for executing code.",
-                 "parameters": {"type": "object",
-                                "properties": {"code": {"type": "string", "description": "The code to execute."}},
-                                "required": ["code"]}},
+    "function": {
+        "name": "code_interpreter",
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to execute."}},
+            "required": ["code"],
+        },
+    },
 }
 
 # Where 0.9.1 or the recipe cannot be the reference: (key, this recipe's value, the reference's, why in one phrase).
 DIFFERENCES = {
     "rl": [
-        (f"{AR}.actor.loss_agg_mode", "token-mean", "token-mean per micro-batch, scaled",
-         "no 0.9.1 option normalises per micro-batch; token-mean is the closest"),
+        (
+            f"{AR}.actor.loss_agg_mode",
+            "token-mean",
+            "token-mean per micro-batch, scaled",
+            "no 0.9.1 option normalises per micro-batch; token-mean is the closest",
+        ),
         ("trainer.max_actor_ckpt_to_keep", 3, None, "disk: the reference kept all 13 saves"),
         # start-up speed only (bench/overlong_filter.py): the same rows are kept; the reference's filter did not run
-        ("data.custom_cls", {"path": "pkg://retool.rl_dataset", "name": "DistinctPromptFilterDataset"}, None,
-         "verl's overlong-prompt filter once per distinct prompt"),
+        (
+            "data.custom_cls",
+            {"path": "pkg://retool.rl_dataset", "name": "DistinctPromptFilterDataset"},
+            None,
+            "verl's overlong-prompt filter once per distinct prompt",
+        ),
         ("data.filter_overlong_prompts_workers", 2, 1, "each filter worker costs seconds to start"),
-        ("trainer.logger", ["console", "tensorboard", "file"], ["console", "tensorboard"],
-         "verl's metric stream for the console view"),
+        (
+            "trainer.logger",
+            ["console", "tensorboard", "file"],
+            ["console", "tensorboard"],
+            "verl's metric stream for the console view",
+        ),
     ],
     "sft": [
         ("trainer.max_ckpt_to_keep", 2, None, "disk: the reference kept all 6 epochs' checkpoints"),
         ("data.val_files", None, "the training file", "it measured the training data"),
-        ("checkpoint.save_contents", ["model", "optimizer", "extra", "hf_model"], ["model", "optimizer", "extra"],
-         "a Hugging Face copy RL can start from"),
-        ("trainer.logger", ["console", "tensorboard", "file"], ["console", "tensorboard"],
-         "verl's metric stream for the console view"),
+        (
+            "checkpoint.save_contents",
+            ["model", "optimizer", "extra", "hf_model"],
+            ["model", "optimizer", "extra"],
+            "a Hugging Face copy RL can start from",
+        ),
+        (
+            "trainer.logger",
+            ["console", "tensorboard", "file"],
+            ["console", "tensorboard"],
+            "verl's metric stream for the console view",
+        ),
     ],
 }
 
@@ -219,15 +244,21 @@ def flatten(node, prefix: str = "") -> dict:
 def configs() -> dict:
     """{(stage, profile): resolved config}, with the same data and run folders so only the profile differs."""
     same = {"DATA_DIR": "/data/retool", "RUN_DIR": "/runs/check", "MODEL_PATH": "/models/m"}
-    return {(stage, profile): resolved(launcher, PROFILE=profile, **same)
-            for stage, launcher in LAUNCHERS.items() for profile in ("reference", "improved")}
+    return {
+        (stage, profile): resolved(launcher, PROFILE=profile, **same)
+        for stage, launcher in LAUNCHERS.items()
+        for profile in ("reference", "improved")
+    }
 
 
 @pytest.mark.parametrize("stage", ["sft", "rl"])
 def test_the_default_npu_config_is_the_reference_run(configs, stage):
     config = configs[(stage, "reference")]
-    wrong = [f"{key} = {dig(config, key)!r}, the reference had {value!r} ({source})"
-             for key, value, source in TABLES[stage] if dig(config, key) != pytest.approx(value)]
+    wrong = [
+        f"{key} = {dig(config, key)!r}, the reference had {value!r} ({source})"
+        for key, value, source in TABLES[stage]
+        if dig(config, key) != pytest.approx(value)
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -246,16 +277,20 @@ def test_the_reference_tool_is_the_default_tool():
     tool_yaml = REPO_ROOT / "configs" / "tool.yaml"
     settings = yaml.safe_load(tool_yaml.read_text())["tools"][0]["config"]
     for key, value, source in TOOL_TABLE:
-        assert settings.get(key) == value, (f"configs/tool.yaml {key}: {settings.get(key)!r}, "
-                                            f"reference {value!r} ({source})")
+        assert settings.get(key) == value, (
+            f"configs/tool.yaml {key}: {settings.get(key)!r}, reference {value!r} ({source})"
+        )
     assert load_tool_schema(tool_yaml) == REFERENCE_SCHEMA  # what SFT rows carry and RL shows
 
 
 @pytest.mark.parametrize("stage", ["sft", "rl"])
 def test_the_improved_profile_differs_only_in_its_listed_keys(configs, stage):
     reference, improved = (flatten(configs[(stage, profile)]) for profile in ("reference", "improved"))
-    changed = {key: improved.get(key) for key in reference.keys() | improved.keys()
-               if reference.get(key) != improved.get(key) and not key.endswith(".tool_config_path")}
+    changed = {
+        key: improved.get(key)
+        for key in reference.keys() | improved.keys()
+        if reference.get(key) != improved.get(key) and not key.endswith(".tool_config_path")
+    }
     expected = {key: value for key, value in IMPROVED[stage].items() if not key.endswith(".tool_config_path")}
     assert changed == expected
     for key, value in IMPROVED[stage].items():
@@ -295,19 +330,30 @@ def test_a_reward_manager_that_drops_num_turns_stops_at_the_first_scored_traject
 
     from retool.reward import MissingNumTurns
 
-    config = OmegaConf.create({"reward": {"custom_reward_function": {
-        "path": "pkg://retool.reward", "name": "compute_score",
-        "reward_kwargs": {"tool_shaping": "no_tool_penalty", "answer_match": "strict_box"}}}})
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "custom_reward_function": {
+                    "path": "pkg://retool.reward",
+                    "name": "compute_score",
+                    "reward_kwargs": {"tool_shaping": "no_tool_penalty", "answer_match": "strict_box"},
+                }
+            }
+        }
+    )
     tokenizer = qwen_tokenizer()
     cls = {"naive": NaiveRewardManager, "dapo": DAPORewardManager}[manager]
     rewarder = cls(config, tokenizer, get_custom_reward_fn(config))
     response = torch.tensor([tokenizer.encode("So the answer is \\boxed{70}.")])
     data = DataProto.from_dict(
         tensors={"responses": response, "attention_mask": torch.ones_like(response)},
-        non_tensors={"data_source": np.array(["aime_2025"], dtype=object),
-                     "reward_model": np.array([{"ground_truth": "70"}], dtype=object),
-                     "extra_info": np.array([{"index": "0"}], dtype=object),
-                     "__num_turns__": np.array([2], dtype=np.int32)})
+        non_tensors={
+            "data_source": np.array(["aime_2025"], dtype=object),
+            "reward_model": np.array([{"ground_truth": "70"}], dtype=object),
+            "extra_info": np.array([{"index": "0"}], dtype=object),
+            "__num_turns__": np.array([2], dtype=np.int32),
+        },
+    )
     run = rewarder.loop.run_until_complete  # the manager runs the score on its own event loop's executor
     if forwards_num_turns:
         result = run(rewarder.run_single(data))
@@ -329,10 +375,15 @@ def test_sft_and_rl_data_of_each_profile_carry_its_schema_and_wording(tmp_path):
     raw = tmp_path / "raw_sft.parquet"
     pq.write_table(pa.Table.from_pylist([two_call_row()]), raw)
     for name, profile in PROFILES.items():
-        sft.preprocess(raw, tmp_path / f"sft_{name}.parquet", profile.tool_config_path,
-                       prompt_style=profile.prompt_style)
-        rl.prepare(AIME_DIR / "aime2025" / "test.jsonl", tmp_path / f"aime_{name}.parquet", limit=2,
-                   prompt_style=profile.prompt_style)
+        sft.preprocess(
+            raw, tmp_path / f"sft_{name}.parquet", profile.tool_config_path, prompt_style=profile.prompt_style
+        )
+        rl.prepare(
+            AIME_DIR / "aime2025" / "test.jsonl",
+            tmp_path / f"aime_{name}.parquet",
+            limit=2,
+            prompt_style=profile.prompt_style,
+        )
     for name, profile in PROFILES.items():
         other = "improved" if name == "reference" else "reference"
         assert check_data(profile, tmp_path / f"sft_{name}.parquet", (tmp_path / f"aime_{name}.parquet",)) == []

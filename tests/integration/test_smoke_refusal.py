@@ -14,19 +14,24 @@ from retool.constants import REPO_ROOT
 from ports import free_port
 
 
-
 def test_the_smoke_refuses_a_weak_sandbox_before_its_first_stage(tmp_path, host_note):
     port = free_port()
-    env = {**os.environ, "RUN_DIR": str(tmp_path / "run"), "SMOKE_ASSETS": str(tmp_path / "assets"),
-           "PYTHON": sys.executable, "SANDBOX_PORT": str(port),
-           # the tier a host without bubblewrap gets; it runs code as an unprivileged uid, which cannot reach a venv
-           # under /root: the system python
-           "SANDBOX_ARGS": "--isolation rlimit --python /usr/bin/python3 --slots 1"}
+    env = {
+        **os.environ,
+        "RUN_DIR": str(tmp_path / "run"),
+        "SMOKE_ASSETS": str(tmp_path / "assets"),
+        "PYTHON": sys.executable,
+        "SANDBOX_PORT": str(port),
+        # the tier a host without bubblewrap gets; it runs code as an unprivileged uid, which cannot reach a venv
+        # under /root: the system python
+        "SANDBOX_ARGS": "--isolation rlimit --python /usr/bin/python3 --slots 1",
+    }
     for key in ("DRY_RUN", "RETOOL_ACCEPT_WEAK_ISOLATION"):
         env.pop(key, None)
     started = time.monotonic()
-    proc = subprocess.run([str(REPO_ROOT / "run_smoke_cpu.sh")], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [str(REPO_ROOT / "run_smoke_cpu.sh")], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     host_note(f"the smoke refused its sandbox after {time.monotonic() - started:.1f} s")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"error: sandbox http://127.0.0.1:{port} has isolation 'rlimit'" in proc.stderr

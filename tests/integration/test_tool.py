@@ -23,14 +23,24 @@ from retool.tool_text import NO_STDOUT
 
 pytestmark = pytest.mark.verl
 
-TOOL_YAMLS = {"verl_retool": REPO_ROOT / "configs" / "tool.yaml",
-              "annotated": REPO_ROOT / "configs" / "tool_annotated.yaml"}
+TOOL_YAMLS = {
+    "verl_retool": REPO_ROOT / "configs" / "tool.yaml",
+    "annotated": REPO_ROOT / "configs" / "tool_annotated.yaml",
+}
 
 
 def make_tool(url: str, **overrides) -> CodeInterpreterTool:
-    config = {"type": "native", "sandbox_fusion_url": url, "default_timeout": 5, "max_retries": 2,
-              "retry_backoff_s": 0.05, "reconnect_budget_s": 0.2, "http_timeout_margin_s": 1.0,
-              "behaviour": "annotated", **overrides}
+    config = {
+        "type": "native",
+        "sandbox_fusion_url": url,
+        "default_timeout": 5,
+        "max_retries": 2,
+        "retry_backoff_s": 0.05,
+        "reconnect_budget_s": 0.2,
+        "http_timeout_margin_s": 1.0,
+        "behaviour": "annotated",
+        **overrides,
+    }
     return CodeInterpreterTool(config=config, tool_schema=None)
 
 
@@ -142,16 +152,24 @@ async def test_each_call_is_counted_into_its_trajectory_for_the_reward(server):
         await tool.execute("id", {"code": code}, agent_data=agent_data)
     await tool.execute("id", {"cmd": "print(1)"}, agent_data=agent_data)
     await make_tool(url + "/sandboxerror/run_code").execute("id", {"code": "1"}, agent_data=agent_data)
-    assert agent_data.extra_fields == {"max_global_steps": 3, "tool_calls": 5, "tool_ok": 2, "tool_error": 2,
-                                       "tool_truncated": 1, "tool_unavailable": 1,
-                                       # why the call got no answer, for the failure ledger (retool.failures)
-                                       PROBLEM_FIELD: "runner crashed"}
+    assert agent_data.extra_fields == {
+        "max_global_steps": 3,
+        "tool_calls": 5,
+        "tool_ok": 2,
+        "tool_error": 2,
+        "tool_truncated": 1,
+        "tool_unavailable": 1,
+        # why the call got no answer, for the failure ledger (retool.failures)
+        PROBLEM_FIELD: "runner crashed",
+    }
 
 
-@pytest.mark.parametrize(("behaviour", "expected"), [("annotated", "internal tool error RuntimeError: boom"),
-                                                     ("verl_retool", NO_STDOUT)])
-async def test_an_internal_bug_does_not_raise_but_is_counted_with_its_traceback(server, monkeypatch, behaviour,
-                                                                                 expected):
+@pytest.mark.parametrize(
+    ("behaviour", "expected"), [("annotated", "internal tool error RuntimeError: boom"), ("verl_retool", NO_STDOUT)]
+)
+async def test_an_internal_bug_does_not_raise_but_is_counted_with_its_traceback(
+    server, monkeypatch, behaviour, expected
+):
     tool = make_tool(server[0], behaviour=behaviour)
 
     async def broken(code, session_id=None):
@@ -162,8 +180,10 @@ async def test_an_internal_bug_does_not_raise_but_is_counted_with_its_traceback(
     response, _, metrics = await tool.execute("id", {"code": "1"}, agent_data=agent_data)
     assert expected in response.text and metrics["status"] == "tool_exception"
     assert agent_data.extra_fields["tool_exception"] == 1 and agent_data.extra_fields.get("tool_unavailable") is None
-    assert "Traceback" in agent_data.extra_fields[PROBLEM_FIELD] and "RuntimeError: boom" in agent_data.extra_fields[
-        PROBLEM_FIELD]
+    assert (
+        "Traceback" in agent_data.extra_fields[PROBLEM_FIELD]
+        and "RuntimeError: boom" in agent_data.extra_fields[PROBLEM_FIELD]
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the embedded sandbox
@@ -177,8 +197,10 @@ async def test_embedded_sandbox_runs_code_in_both_behaviours(embedded_url):
     tool = make_tool(embedded_url)  # base URL: the tool appends /run_code
     text, metrics = await call(tool, "```python\nimport math\nmath.comb(10, 3)\n```")
     assert text == "120" and metrics["status"] == "ok"
-    text, _ = await call(make_tool(embedded_url, behaviour="verl_retool"),
-                         "```python\nimport math\nmath.comb(10, 3)\n```\n```python\nprint('no')\n```")
+    text, _ = await call(
+        make_tool(embedded_url, behaviour="verl_retool"),
+        "```python\nimport math\nmath.comb(10, 3)\n```\n```python\nprint('no')\n```",
+    )
     assert text == "120\n"
 
 

@@ -53,8 +53,11 @@ def configs() -> dict[tuple[str, str], dict]:
     # one RUN_DIR for every dry run: the default folder is named by the second the launch started
     env = {"MODEL_PATH": "/ckpt/sft-merged", "DATA_DIR": "/data/rt", "NNODES": "2", "RUN_DIR": "/runs/rl-dry"}
     # sync is asked for the way users get it: TRAINER_MODE unset (empty)
-    jobs = {(device, mode): (launcher, {**env, "TRAINER_MODE": "" if mode == "sync" else mode})
-            for device, launcher in LAUNCHERS.items() for mode in MODES}
+    jobs = {
+        (device, mode): (launcher, {**env, "TRAINER_MODE": "" if mode == "sync" else mode})
+        for device, launcher in LAUNCHERS.items()
+        for mode in MODES
+    }
     with ThreadPoolExecutor(len(jobs)) as pool:
         procs = dict(zip(jobs, pool.map(lambda job: dry_run(job[0], **job[1]), jobs.values())))
     for key, proc in procs.items():
@@ -89,10 +92,12 @@ def test_separate_async_splits_each_node_and_changes_only_its_keys(configs, devi
     assert tp == 4 and rollout % tp == 0  # whole replicas: 2 of TP 4 on an A3 node's 8 rollout dies
     assert separate["trainer.v1.separate_async.num_warmup_batches"] == 1
     # verl's check: train_batch_size == parameter_sync_step * ppo_mini_batch_size (64 = 4 x 16, one sync per step)
-    assert separate["data.train_batch_size"] == (separate["trainer.v1.separate_async.parameter_sync_step"]
-                                                 * separate[f"{AR}.actor.ppo_mini_batch_size"]) == 64
-    split = {"trainer.n_gpus_per_node": trainer, f"{AR}.rollout.n_gpus_per_node": rollout,
-             f"{AR}.rollout.nnodes": 2}
+    assert (
+        separate["data.train_batch_size"]
+        == (separate["trainer.v1.separate_async.parameter_sync_step"] * separate[f"{AR}.actor.ppo_mini_batch_size"])
+        == 64
+    )
+    split = {"trainer.n_gpus_per_node": trainer, f"{AR}.rollout.n_gpus_per_node": rollout, f"{AR}.rollout.nnodes": 2}
     changed = {key: separate.get(key) for key in sync.keys() | separate.keys() if sync.get(key) != separate.get(key)}
     assert changed == {**SEPARATE_KEYS, **split}, changed
 
@@ -101,12 +106,20 @@ def test_a_bad_trainer_mode_or_split_stops_before_anything_runs():
     base = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/m", "DATA_DIR": "/d"}
 
     def launch(**env: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(REPO / "run_qwen3_4b_dapo_npu.sh")], cwd=REPO, env={**base, **env},
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [str(REPO / "run_qwen3_4b_dapo_npu.sh")],
+            cwd=REPO,
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     proc = launch(TRAINER_MODE="fully_async")
-    assert proc.returncode == 2 and "TRAINER_MODE=fully_async has no configs/trainer_mode/rl/fully_async.yaml" in \
-        proc.stderr
+    assert (
+        proc.returncode == 2
+        and "TRAINER_MODE=fully_async has no configs/trainer_mode/rl/fully_async.yaml" in proc.stderr
+    )
     for bad in ("16", "0", "half"):
         proc = launch(TRAINER_MODE="separate_async", ROLLOUT_DEVICES=bad)
         assert proc.returncode == 2 and f"ROLLOUT_DEVICES={bad} must leave devices to both" in proc.stderr

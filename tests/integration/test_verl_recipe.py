@@ -37,8 +37,9 @@ def dry_run(launcher: str, cwd: Path, *overrides: str, **env: str) -> dict:
     """``bash <launcher>`` run from ``cwd`` with DRY_RUN=1, as a user runs it there; its resolved config."""
     scripts = str(Path(sys.executable).parent)  # where retool-verl-recipe is installed
     full = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": f"{scripts}:{os.environ['PATH']}", **env}
-    proc = subprocess.run(["bash", launcher, *overrides], cwd=cwd, env=full, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        ["bash", launcher, *overrides], cwd=cwd, env=full, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return yaml.safe_load(proc.stdout)
 
@@ -56,8 +57,14 @@ def test_the_launcher_in_recipe_retool_resolves_the_config(verl_checkout: Path, 
     assert main(["install", str(verl_checkout)]) == 0
     recipe = verl_checkout / "recipe" / "retool"
     assert f"wrote {recipe / launcher}" in capsys.readouterr().out
-    config = dry_run(launcher, recipe, "trainer.total_training_steps=7", MODEL_PATH="/ckpt/sft-merged",
-                     DATA_DIR="/data/rt", PROFILE="reference")
+    config = dry_run(
+        launcher,
+        recipe,
+        "trainer.total_training_steps=7",
+        MODEL_PATH="/ckpt/sft-merged",
+        DATA_DIR="/data/rt",
+        PROFILE="reference",
+    )
     assert config["trainer"]["device"] == "npu" and config["trainer"]["n_gpus_per_node"] == 16
     assert config["trainer"]["total_training_steps"] == 7  # the argument reached verl
     if "dapo" in launcher:
@@ -121,8 +128,10 @@ def test_a_launcher_copied_by_hand_runs_with_the_installed_recipe(verl_checkout:
     bare = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(["bash", launcher], cwd=recipe, env=bare, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: {launcher} is outside the ReTool checkout and no installed recipe is "
-                                   "found: bash scripts/install_npu.sh in the checkout")
+    assert proc.stderr.strip() == (
+        f"error: {launcher} is outside the ReTool checkout and no installed recipe is "
+        "found: bash scripts/install_npu.sh in the checkout"
+    )
 
 
 def test_checkout_names_the_clone_or_says_how_to_install(tmp_path: Path, capsys) -> None:

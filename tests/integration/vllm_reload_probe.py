@@ -71,8 +71,11 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as copy:
             shutil.copytree(model_dir, copy, dirs_exist_ok=True)
-            save_file({name: tensor.contiguous() for name, tensor in negated_weights(model_dir)},
-                      os.path.join(copy, "model.safetensors"), metadata={"format": "pt"})
+            save_file(
+                {name: tensor.contiguous() for name, tensor in negated_weights(model_dir)},
+                os.path.join(copy, "model.safetensors"),
+                metadata={"format": "pt"},
+            )
             tokens = greedy(LLM(model=copy, **engine))
         print(f"RESULT fresh [] {compact(tokens)}", flush=True)
         return
@@ -85,8 +88,7 @@ def main() -> None:
         print(f"RESULT error {compact(before)} [] {what}", flush=True)
         return
     after = greedy(llm)
-    print(f"RESULT {'changed' if after != before else 'unchanged'} {compact(before)} {compact(after)}",
-          flush=True)
+    print(f"RESULT {'changed' if after != before else 'unchanged'} {compact(before)} {compact(after)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -100,8 +100,9 @@ TOOL_SCHEMA = {
 }
 
 
-def write_tool_yaml(path: Path, name: str = "code_interpreter",
-                    class_name: str = "verl.tools.base_tool.BaseTool") -> Path:
+def write_tool_yaml(
+    path: Path, name: str = "code_interpreter", class_name: str = "verl.tools.base_tool.BaseTool"
+) -> Path:
     """A tool YAML in verl's format (a `tools:` list of {class_name, config, tool_schema}) that verl's
     initialize_tools_from_config can load; keys are out of verl's model order on purpose (parameters before
     description) and one key verl does not know is added."""

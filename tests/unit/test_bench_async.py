@@ -13,7 +13,6 @@ from bench_modules import load_bench
 from resume_checks import data_order
 
 
-
 modes = load_bench("async_modes")
 resume = load_bench("async_resume")
 
@@ -52,13 +51,22 @@ def test_separate_async_only_ties_colocate_async_when_both_halves_take_as_long()
 
 def test_the_section_says_what_ran_and_the_model():
     times = {"step_s": 20.0, "gen_s": 8.0, "update_s": 9.0, "weight_sync_s": 0.5, "other_s": 2.5, "steps": 7}
-    results = {mode: {"mode": mode, "times": dict(times, step_s=20.0 + i), "steps": 8, "trajectories_per_step": 32,
-                      "trajectories_per_hour": 32 * 3600 / (20.0 + i),
-                      "off_policy": {"staleness_mean": 0.5 * i, "staleness_max": i, "spans_mean": 1.0,
-                                     "spans_max": 1.0}}
-               for i, mode in enumerate(("sync", "colocate_async", "separate_async"))}
-    measured = {"started": "2026-12-02T10:00:00+00:00", "commit": "abc1234",
-                "host": {"cpu_model": "Test CPU", "cores": 2, "dtype": "float32"}}
+    results = {
+        mode: {
+            "mode": mode,
+            "times": dict(times, step_s=20.0 + i),
+            "steps": 8,
+            "trajectories_per_step": 32,
+            "trajectories_per_hour": 32 * 3600 / (20.0 + i),
+            "off_policy": {"staleness_mean": 0.5 * i, "staleness_max": i, "spans_mean": 1.0, "spans_max": 1.0},
+        }
+        for i, mode in enumerate(("sync", "colocate_async", "separate_async"))
+    }
+    measured = {
+        "started": "2026-12-02T10:00:00+00:00",
+        "commit": "abc1234",
+        "host": {"cpu_model": "Test CPU", "cores": 2, "dtype": "float32"},
+    }
     text = modes.render(results, "SFT model of `runs/smoke-x`", measured)
     assert "| sync | 20.0 | 5760 | 1.00x | 8.0 | — |" in text
     assert "| separate_async | 22.0 | 5236 | 0.91x | beside the update | 8.0 |" in text
@@ -73,11 +81,14 @@ def make_run(root: Path, *, lost: bool = False, twice: bool = False) -> tuple[Pa
 
     questions = [f"What is {i} + {i}?" for i in range(16)]
     data = root / "rl_train.parquet"
-    pd.DataFrame({"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}]
-                             for q in questions]}).to_parquet(data)
+    pd.DataFrame(
+        {"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}] for q in questions]}
+    ).to_parquet(data)
     order = data_order(data, None, 16)
-    config = {"data": {"train_files": str(data), "seed": None, "train_batch_size": 2},
-              "trainer": {"default_local_dir": str(root / "checkpoints")}}
+    config = {
+        "data": {"train_files": str(data), "seed": None, "train_batch_size": 2},
+        "trainer": {"default_local_dir": str(root / "checkpoints")},
+    }
     import yaml
 
     (root / "rl.resolved.yaml").write_text(yaml.safe_dump(config))
@@ -94,8 +105,11 @@ def make_run(root: Path, *, lost: bool = False, twice: bool = False) -> tuple[Pa
             time.sleep(0.05)
             resumed_at = time.time()
             time.sleep(0.05)
-        lines = [json.dumps({"input": f"system\nTools...\nuser\n{q}\n\nPlease reason step by step.\nassistant\n"})
-                 for q in prompts for _ in range(2)]
+        lines = [
+            json.dumps({"input": f"system\nTools...\nuser\n{q}\n\nPlease reason step by step.\nassistant\n"})
+            for q in prompts
+            for _ in range(2)
+        ]
         (root / "rollouts" / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
     writer = SummaryWriter(str(root / "tensorboard" / "rl"))
     for step in range(1, 7):
@@ -119,8 +133,10 @@ def test_lost_in_flight_prompts_are_caught(tmp_path):
     run_dir, resumed_at = make_run(tmp_path, lost=True)
     checks = resume.check(run_dir, resumed_at, LOG)["checks"]
     assert not checks["in-flight prompts trained after the resume"]["passed"]
-    assert "2 in flight, of which 0 trained after the resume" in checks["in-flight prompts trained after the resume"][
-        "seen"]
+    assert (
+        "2 in flight, of which 0 trained after the resume"
+        in checks["in-flight prompts trained after the resume"]["seen"]
+    )
 
 
 def test_a_step_counted_twice_is_caught(tmp_path):

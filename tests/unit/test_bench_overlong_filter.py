@@ -17,12 +17,24 @@ MODEL = {"fixed_s": 5.0, "per_worker_s": 3.0, "efficiency": 0.9}
 ROWS = 1_791_700
 
 
-def run(workers, filter_s, hash_s=5.0, pickle_s=None, rows_kept=ROWS - 300, cls="RLHFDataset", group_s=0.0,
-        distinct=0):
-    return {"class": cls, "workers": workers, "rows_in": ROWS, "rows_kept": rows_kept, "load_s": 30.0,
-            "filter_s": filter_s, "hash_s": hash_s, "pickle_s": 3.0 * workers if pickle_s is None else pickle_s,
-            "jobs": workers, "job_mb": 15.1, "group_s": group_s, "distinct": distinct, "peak_rss_mb": 3000.0,
-            "worker_peak_rss_mb": 900.0, "filter_cache_sets": 1}
+def run(workers, filter_s, hash_s=5.0, pickle_s=None, rows_kept=ROWS - 300, cls="RLHFDataset", group_s=0.0, distinct=0):
+    return {
+        "class": cls,
+        "workers": workers,
+        "rows_in": ROWS,
+        "rows_kept": rows_kept,
+        "load_s": 30.0,
+        "filter_s": filter_s,
+        "hash_s": hash_s,
+        "pickle_s": 3.0 * workers if pickle_s is None else pickle_s,
+        "jobs": workers,
+        "job_mb": 15.1,
+        "group_s": group_s,
+        "distinct": distinct,
+        "peak_rss_mb": 3000.0,
+        "worker_peak_rss_mb": 900.0,
+        "filter_cache_sets": 1,
+    }
 
 
 def test_per_row_cost_is_what_the_one_worker_run_spent_beyond_hashing_and_its_job():
@@ -33,17 +45,20 @@ def test_per_row_cost_is_what_the_one_worker_run_spent_beyond_hashing_and_its_jo
 def test_efficiency_compares_the_ideal_two_worker_time_with_what_the_run_spent_on_rows():
     # 1,000 rows x 1 ms: ideal 0.5 s on 2 workers
     assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 11.5, "hash_s": 5.0, "pickle_s": 6.0}) == 1.0
-    assert (bench.parallel_efficiency(1000, 1e-3, {"filter_s": 12.0, "hash_s": 5.0, "pickle_s": 6.0})
-            == pytest.approx(0.5))
+    assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 12.0, "hash_s": 5.0, "pickle_s": 6.0}) == pytest.approx(
+        0.5
+    )
     assert bench.parallel_efficiency(1000, 1e-3, {"filter_s": 11.2, "hash_s": 5.0, "pickle_s": 6.0}) == 1.0  # capped
 
 
 def test_workers_pay_their_start_one_after_the_other_and_share_the_rows():
     per_row = 1e-3
-    assert (bench.predicted_seconds(ROWS, per_row, 1, **MODEL, slowdown=2.0)
-            == pytest.approx(2 * (5 + 3 + ROWS * per_row)))
-    assert (bench.predicted_seconds(ROWS, per_row, 48, **MODEL)
-            == pytest.approx(5 + 48 * 3 + ROWS * per_row / (48 * 0.9)))
+    assert bench.predicted_seconds(ROWS, per_row, 1, **MODEL, slowdown=2.0) == pytest.approx(
+        2 * (5 + 3 + ROWS * per_row)
+    )
+    assert bench.predicted_seconds(ROWS, per_row, 48, **MODEL) == pytest.approx(
+        5 + 48 * 3 + ROWS * per_row / (48 * 0.9)
+    )
     # the 30-row validation file: datasets starts one worker per row at most
     assert bench.predicted_seconds(30, per_row, 48, **MODEL) == pytest.approx(5 + 30 * 3 + 30 * per_row / (30 * 0.9))
     with pytest.raises(ValueError, match="workers must be >= 1"):
@@ -62,11 +77,21 @@ def facts(configured: int) -> dict:
     two = run(2, 5.0 + 6.0 + ROWS * 1e-3 / 2 / 0.9)  # e = 0.9
     launch = run(2, 40.0, cls="DistinctPromptFilterDataset", group_s=2.0, distinct=17_917)
     relaunch = {**run(1, 9.0), "rows_in": 64, "rows_kept": 64, "filter_cache_sets": 2}
-    return {"date": "2026-12-02", "host": "Test CPU (x86_64), 2 cores", "load_before": "0.10 0.10 0.10",
-            "load_after": "2.00 1.00 0.50", "problems": 17_917, "repeats": 100, "overlong": 3,
-            "overlong_chars": 12_000, "length": {"median_chars": 326.0, "sigma": 0.63, "samples": 60},
-            "runs": {"verl-1": one, "verl-2": two, "configured": launch, "relaunch": relaunch},
-            "configured_workers": configured, "core_slowdown": 2.0, "budget_s": 120.0}
+    return {
+        "date": "2026-12-02",
+        "host": "Test CPU (x86_64), 2 cores",
+        "load_before": "0.10 0.10 0.10",
+        "load_after": "2.00 1.00 0.50",
+        "problems": 17_917,
+        "repeats": 100,
+        "overlong": 3,
+        "overlong_chars": 12_000,
+        "length": {"median_chars": 326.0, "sigma": 0.63, "samples": 60},
+        "runs": {"verl-1": one, "verl-2": two, "configured": launch, "relaunch": relaunch},
+        "configured_workers": configured,
+        "core_slowdown": 2.0,
+        "budget_s": 120.0,
+    }
 
 
 def test_the_model_s_terms_come_from_the_runs():

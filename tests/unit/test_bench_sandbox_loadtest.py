@@ -17,10 +17,19 @@ def _record(start: float, end: float, at_server: float, **fields) -> CallRecord:
 
 
 def _result(records, samples) -> LoadResult:
-    return LoadResult(spec=LoadSpec(trajectories=4), settings=LoadSettings(), url="http://127.0.0.1:1",
-                      health={"slots": 2, "isolation": "bwrap", "mode": "fork"},
-                      calibration={"p": Calibration("ok", 0.1, 10, "x", 100)}, records=records, samples=samples,
-                      planned_calls=len(records), wall_s=max(r.end for r in records), client_cpu_s=0.5, server_pid=1)
+    return LoadResult(
+        spec=LoadSpec(trajectories=4),
+        settings=LoadSettings(),
+        url="http://127.0.0.1:1",
+        health={"slots": 2, "isolation": "bwrap", "mode": "fork"},
+        calibration={"p": Calibration("ok", 0.1, 10, "x", 100)},
+        records=records,
+        samples=samples,
+        planned_calls=len(records),
+        wall_s=max(r.end for r in records),
+        client_cpu_s=0.5,
+        server_pid=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +46,24 @@ def bench():
 def test_the_bench_section_states_the_targets_and_the_paper_figures(bench, tmp_path):
     from retool_sandbox.load_report import to_json
 
-    samples = [Sample(0, {"slots": 2}, 9000, cpu_s=0.0, pss_mib=100), Sample(40, {"slots": 2}, 8000, cpu_s=8.0,
-                                                                              pss_mib=300)]
+    samples = [
+        Sample(0, {"slots": 2}, 9000, cpu_s=0.0, pss_mib=100),
+        Sample(40, {"slots": 2}, 8000, cpu_s=8.0, pss_mib=300),
+    ]
     # the load: 40 calls, two at the server all the time, 1 call/s; the baseline: 20 calls at 2 calls/s before the
     # load and 2.9 after it (30 calls over 10 s while two were at the server), so the sandbox's own is 2.45 calls/s
     load = _result([_record(i, i + 2, 2, execution_s=1.5) for i in range(40)], samples)
     load.baseline = _result([_record(i / 2, i / 2 + 1, 1) for i in range(20)], samples)
     load.baseline_after = _result([_record(i / 3, i / 3 + 2 / 3, 1) for i in range(30)], samples)
     run = to_json(load, summarize(load))
-    meta = {"date": "2026-12-02", "machine": "a test host", "floor_mb": 6144, "mem_available_mb": 20000,
-            "load_before": "0.1", "load_after": "2.0"}
+    meta = {
+        "date": "2026-12-02",
+        "machine": "a test host",
+        "floor_mb": 6144,
+        "mem_available_mb": 20000,
+        "load_before": "0.1",
+        "load_after": "2.0",
+    }
     section = bench.render({"stateless": run}, meta)
     assert "- `stateless`: 0 lost calls: 0 lost of 40" in section and "(met)" in section
     assert "1.00 vs 2.45 calls/s = 0.408 x (the programs themselves ran 1500 ms per call under the load" in section
@@ -60,26 +77,41 @@ def test_the_bench_section_states_the_targets_and_the_paper_figures(bench, tmp_p
 
 def test_a_ratio_just_below_the_target_is_not_shown_rounded_up_to_it(bench):
     # 0.8964 at two decimals reads "0.90 x", beside a verdict of NOT met
-    calls = dict.fromkeys(("lost", "planned", "hung", "crashed", "never_made", "wrong", "killed", "false_timeout",
-                           "over_deadline"), 0)
-    summary = {"calls": calls, "throughput": {"saturated": 30.21, "vs_baseline": 30.21 / 33.70},
-               "memory": {"per_session_mib": None, "pss_peak_mib": 100.0, "mem_available_min_mb": 9000},
-               "baseline": {"throughput": {"saturated": 33.70}, "run_s_mean": 0.045}, "run_s_mean": 0.049}
-    (measured, met), = [(m, ok) for target, m, ok in bench.targets(summary) if target.startswith("throughput")]
+    calls = dict.fromkeys(
+        ("lost", "planned", "hung", "crashed", "never_made", "wrong", "killed", "false_timeout", "over_deadline"), 0
+    )
+    summary = {
+        "calls": calls,
+        "throughput": {"saturated": 30.21, "vs_baseline": 30.21 / 33.70},
+        "memory": {"per_session_mib": None, "pss_peak_mib": 100.0, "mem_available_min_mb": 9000},
+        "baseline": {"throughput": {"saturated": 33.70}, "run_s_mean": 0.045},
+        "run_s_mean": 0.049,
+    }
+    ((measured, met),) = [(m, ok) for target, m, ok in bench.targets(summary) if target.startswith("throughput")]
     assert "30.21 vs 33.70 calls/s = 0.896 x" in measured and not met
 
 
 def test_the_section_says_what_new_memory_cost_on_the_host(bench):
     from retool_sandbox.load_report import to_json
 
-    samples = [Sample(0, {"slots": 2}, 9000, cpu_s=0.0, pss_mib=100), Sample(10, {"slots": 2}, 8000, cpu_s=2.0,
-                                                                              pss_mib=300)]
+    samples = [
+        Sample(0, {"slots": 2}, 9000, cpu_s=0.0, pss_mib=100),
+        Sample(10, {"slots": 2}, 8000, cpu_s=2.0, pss_mib=300),
+    ]
     load = _result([_record(i, i + 2, 2) for i in range(10)], samples)
     load.baseline = _result([_record(i / 2, i / 2 + 1, 1) for i in range(10)], samples)
     run = to_json(load, summarize(load))
-    meta = {"date": "2026-12-03", "machine": "a test host", "floor_mb": 6144, "mem_available_mb": 20000,
-            "load_before": "0.1", "load_after": "2.0", "page_kib": 4, "page_reporting_order": 9,
-            "touch_us": [2.31, 2.2, 39.04, 48.96]}
+    meta = {
+        "date": "2026-12-03",
+        "machine": "a test host",
+        "floor_mb": 6144,
+        "mem_available_mb": 20000,
+        "load_before": "0.1",
+        "load_after": "2.0",
+        "page_kib": 4,
+        "page_reporting_order": 9,
+        "touch_us": [2.31, 2.2, 39.04, 48.96],
+    }
     section = bench.render({"per_trajectory": run}, meta)
     assert "free page reporting, free blocks of order 9 (2 MiB) and up" in section
     assert "touching 4 GiB of it, 1 GiB at a time, took 2.3 / 2.2 / 39.0 / 49.0 µs per 4 KiB page" in section

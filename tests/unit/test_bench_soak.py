@@ -80,10 +80,16 @@ def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(t
     (run_dir / "rollouts" / "1.jsonl").write_text("{}\n" * 100)
     (run_dir / "rl.resolved.yaml").write_text("a: 1\n")
     # a launch with a child holding 64 MB, as scripts/launch.sh has verl under it
-    launch = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               "subprocess.Popen([sys.executable, '-c', "
-                               "'import time; held = b\"x\" * (64 << 20); time.sleep(60)']); "
-                               "time.sleep(60)"])
+    launch = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', "
+            "'import time; held = b\"x\" * (64 << 20); time.sleep(60)']); "
+            "time.sleep(60)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -114,6 +120,10 @@ def test_processes_of_the_run_are_put_in_their_groups_by_ray_s_names():
     assert probe.classify("ray::taskrunner.run") == "trainer"
     assert probe.classify("ray::workerdict") == "trainer"
     assert probe.classify("vllm::enginecore") == "rollout"
-    for ray_own in ("ray::dashboardagent", "ray::runtimeenvagent", "ray::idle",
-                    "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py -x"):
+    for ray_own in (
+        "ray::dashboardagent",
+        "ray::runtimeenvagent",
+        "ray::idle",
+        "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py -x",
+    ):
         assert probe.classify(ray_own) == "ray", ray_own

@@ -18,9 +18,21 @@ spec.loader.exec_module(bench)
 
 def test_both_ways_agree_on_a_dump_shaped_like_verl_s(tmp_path, capsys):
     dump = tmp_path / "0.jsonl"
-    rows = [{"input": f"user\nWhat is {p} + 1?", "output": "...", "gts": str(p + 1), "step": 0, "uid": f"{p}-{s}",
-             "score": float(s % 2), "acc": float(s % 2), "pred": str(p + s % 2), "used_tool": float(s > 1)}
-            for p in range(3) for s in range(4)]
+    rows = [
+        {
+            "input": f"user\nWhat is {p} + 1?",
+            "output": "...",
+            "gts": str(p + 1),
+            "step": 0,
+            "uid": f"{p}-{s}",
+            "score": float(s % 2),
+            "acc": float(s % 2),
+            "pred": str(p + s % 2),
+            "used_tool": float(s > 1),
+        }
+        for p in range(3)
+        for s in range(4)
+    ]
     dump.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert bench.main([str(dump)]) == 0
     out = capsys.readouterr().out

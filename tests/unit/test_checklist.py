@@ -17,8 +17,12 @@ def test_a_check_takes_the_worst_of_what_it_found_in_the_order_found():
     found.warn("a warning after the failure")
     found.ok("more evidence")
     assert found.status == FAIL  # neither a warning nor evidence makes a failed check pass again
-    assert found.details == ["sft: steps 1-5 of 5 logged", "rl: steps 1 of 2 logged; step 2 missing",
-                             "a warning after the failure", "more evidence"]
+    assert found.details == [
+        "sft: steps 1-5 of 5 logged",
+        "rl: steps 1 of 2 logged; step 2 missing",
+        "a warning after the failure",
+        "more evidence",
+    ]
     skipped = Check(SKIP, "resume", "a smoke run is not asked to resume")
     skipped.ok("evidence")
     assert skipped.status == SKIP  # what was not checked never turns into a pass
@@ -37,10 +41,12 @@ def test_an_unknown_status_is_refused_with_its_name():
 
 def test_the_renderer_puts_the_first_line_beside_the_name_and_the_others_under_it_unwrapped():
     long = "x" * 300  # as long as it is: a message stays one line for grep
-    checks = [Check(OK, "python", "3.11.9"),
-              Check(FAIL, "node 10.0.0.2", "worker environment as launched (6 variables)", long),
-              Check(NEXT, "model", "MODEL_PATH is not set", step="sft"),
-              Check(WARN, "empty")]
+    checks = [
+        Check(OK, "python", "3.11.9"),
+        Check(FAIL, "node 10.0.0.2", "worker environment as launched (6 variables)", long),
+        Check(NEXT, "model", "MODEL_PATH is not set", step="sft"),
+        Check(WARN, "empty"),
+    ]
     assert render(checks).split("\n") == [
         "[ OK ] python: 3.11.9",
         "[FAIL] node 10.0.0.2: worker environment as launched (6 variables)",

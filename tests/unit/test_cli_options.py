@@ -32,8 +32,12 @@ def parser() -> argparse.ArgumentParser:
 def test_defaults_types_and_the_dataclass_of_the_parsed_options():
     parsed = from_args(Sample, parser().parse_args(["--out", "x"]))
     assert parsed == Sample(out=Path("x"))
-    given = from_args(Sample, parser().parse_args(
-        ["--out", "x", "--rows", "3", "--rate", "0.25", "--limit", "0", "--mode", "slow", "--no-shipped", "--force"]))
+    given = from_args(
+        Sample,
+        parser().parse_args(
+            ["--out", "x", "--rows", "3", "--rate", "0.25", "--limit", "0", "--mode", "slow", "--no-shipped", "--force"]
+        ),
+    )
     assert given == Sample(out=Path("x"), rows=3, rate=0.25, limit=0, mode="slow", shipped=False, force=True)
     assert isinstance(given.out, Path) and isinstance(given.rows, int) and isinstance(given.rate, float)
 
@@ -41,8 +45,11 @@ def test_defaults_types_and_the_dataclass_of_the_parsed_options():
 def test_the_parser_holds_each_declaration():
     actions = {a.dest: a for a in parser()._actions}
     assert actions["out"].required and actions["out"].option_strings == ["--out"]
-    assert (actions["rows"].type, actions["rows"].default,
-            actions["rows"].help) == (int, 8, "rows (default: %(default)s)")
+    assert (actions["rows"].type, actions["rows"].default, actions["rows"].help) == (
+        int,
+        8,
+        "rows (default: %(default)s)",
+    )
     assert actions["limit"].type is int and actions["limit"].default is None and not actions["limit"].required
     assert actions["mode"].choices == ["fast", "slow"]
     assert actions["shipped"].option_strings == ["--no-shipped"] and actions["shipped"].default is True

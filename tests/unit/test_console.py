@@ -38,8 +38,15 @@ class Clock:
         return self.now
 
 
-def compact(data: bytes, stage: str, *, total: int | None = None, validates_first: bool = False,
-            seconds_per_line: float = 0.0, chunk: int = 997) -> list[str]:
+def compact(
+    data: bytes,
+    stage: str,
+    *,
+    total: int | None = None,
+    validates_first: bool = False,
+    seconds_per_line: float = 0.0,
+    chunk: int = 997,
+) -> list[str]:
     """The console lines for ``data``, a line every ``seconds_per_line`` on a fake clock, each line fed in pieces of
     ``chunk`` bytes (so lines and UTF-8 characters arrive split, as from a pipe)."""
     out, clock = io.StringIO(), Clock()
@@ -47,7 +54,7 @@ def compact(data: bytes, stage: str, *, total: int | None = None, validates_firs
     for line in data.splitlines(keepends=True):
         clock.now += seconds_per_line
         for start in range(0, len(line), chunk):
-            console.feed(line[start:start + chunk])
+            console.feed(line[start : start + chunk])
     console.finish(0)
     return out.getvalue().splitlines()
 
@@ -96,22 +103,26 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
     assert steps[:2] == [1, 2] and len(steps) >= 3
     for step in steps:
         mine = next(line for line in lines if line.startswith(f"[rl] step {step}/12 |"))
-        expected = [f"reward {view.num(raw_value(raw, step, 'critic/rewards/mean'))}",
-                    f"acc {view.num(raw_value(raw, step, 'train-reward/acc/mean'))}",
-                    f"tool {view.num(raw_value(raw, step, 'train-reward/used_tool/mean'))}",
-                    f"turns {view.num(raw_value(raw, step, 'num_turns/mean'))}",
-                    f"resp {raw_value(raw, step, 'response_length/mean'):.0f} tok",
-                    f"{raw_value(raw, step, 'timing_s/step'):.1f} s/step "
-                    f"(gen {raw_value(raw, step, 'timing_s/gen'):.1f}, "
-                    f"update {raw_value(raw, step, 'timing_s/update_actor'):.1f})", "ETA "]
+        expected = [
+            f"reward {view.num(raw_value(raw, step, 'critic/rewards/mean'))}",
+            f"acc {view.num(raw_value(raw, step, 'train-reward/acc/mean'))}",
+            f"tool {view.num(raw_value(raw, step, 'train-reward/used_tool/mean'))}",
+            f"turns {view.num(raw_value(raw, step, 'num_turns/mean'))}",
+            f"resp {raw_value(raw, step, 'response_length/mean'):.0f} tok",
+            f"{raw_value(raw, step, 'timing_s/step'):.1f} s/step "
+            f"(gen {raw_value(raw, step, 'timing_s/gen'):.1f}, "
+            f"update {raw_value(raw, step, 'timing_s/update_actor'):.1f})",
+            "ETA ",
+        ]
         if raw_value(raw, step, "failures/total/all") == 0:  # the failure accounting's metrics are in this run
             expected.append("| failures 0 |")
         assert all(part in mine for part in expected), (mine, expected)
     last = steps[-1]
     if re.search(rf"step:{last} - .*val-core/", raw):
-        assert any(line.startswith(f"[rl] validation at step {last}: acc mean@4: aime_2025 ")
-                   and "synthetic_arith " in line
-                   for line in lines)
+        assert any(
+            line.startswith(f"[rl] validation at step {last}: acc mean@4: aime_2025 ") and "synthetic_arith " in line
+            for line in lines
+        )
     # a model's malformed tool call is an error verl logs: shown once, its repeats counted
     assert sum("Failed to decode tool call" in line for line in lines) == 1
     assert not any("transfer_queue" in line or "target_num_threads" in line for line in lines)
@@ -119,17 +130,29 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
 
 
 def run_console(*args: str, env: dict | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CONSOLE, *args], input=stdin, capture_output=True, timeout=120,
-                          env={**os.environ, "VERBOSE": "0", **(env or {})}, cwd=REPO)
+    return subprocess.run(
+        [*CONSOLE, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "VERBOSE": "0", **(env or {})},
+        cwd=REPO,
+    )
 
 
 def test_a_validation_line_lists_its_data_sources_in_the_same_order_whichever_finished_first():
     # verl keys the validation metrics in the order trajectories finished; CI met both orders in one week
-    first = {"val-core/synthetic_arith/acc/mean@4": 0.418, "val-core/aime_2025/acc/mean@4": 0.0,
-             "val-aux/num_turns/mean": 2.9}
+    first = {
+        "val-core/synthetic_arith/acc/mean@4": 0.418,
+        "val-core/aime_2025/acc/mean@4": 0.0,
+        "val-aux/num_turns/mean": 2.9,
+    }
     second = dict(reversed(list(first.items())))
-    assert view.validation(0, first) == view.validation(0, second) == \
-        "validation before training: acc mean@4: aime_2025 0.000, synthetic_arith 0.418 | turns 2.9"
+    assert (
+        view.validation(0, first)
+        == view.validation(0, second)
+        == "validation before training: acc mean@4: aime_2025 0.000, synthetic_arith 0.418 | turns 2.9"
+    )
 
 
 def test_steps_start_up_and_checkpoints_come_from_the_files_the_stage_writes(tmp_path):
@@ -140,8 +163,15 @@ def test_steps_start_up_and_checkpoints_come_from_the_files_the_stage_writes(tmp
     (checkpoints / "global_step_4").mkdir(parents=True)
     (checkpoints / "latest_checkpointed_iteration.txt").write_text("4")  # the step this resumed launch continues after
     out, clock = io.StringIO(), Clock()
-    console = Console("rl", Plain(out), "logs/rl.log", total=6, validates_first=True, clock=clock,
-                      sources=Sources(metrics=metrics, checkpoints=checkpoints))
+    console = Console(
+        "rl",
+        Plain(out),
+        "logs/rl.log",
+        total=6,
+        validates_first=True,
+        clock=clock,
+        sources=Sources(metrics=metrics, checkpoints=checkpoints),
+    )
 
     def advance(*chunks: bytes) -> list[str]:
         before = len(out.getvalue().splitlines())
@@ -205,8 +235,9 @@ def test_the_metric_stream_is_read_only_when_verl_writes_it():
     from retool.console.cli import sources
 
     config = {"trainer": {"logger": ["console", "tensorboard", "file"], "default_local_dir": "/r/checkpoints/rl"}}
-    assert sources(config, Path("/r/logs/metrics/rl-1.jsonl")) == Sources(Path("/r/logs/metrics/rl-1.jsonl"),
-                                                                           Path("/r/checkpoints/rl"))
+    assert sources(config, Path("/r/logs/metrics/rl-1.jsonl")) == Sources(
+        Path("/r/logs/metrics/rl-1.jsonl"), Path("/r/checkpoints/rl")
+    )
     config["trainer"]["logger"] = ["console", "tensorboard"]  # no file tracker: the file would never appear
     assert sources(config, Path("/r/logs/metrics/rl-1.jsonl")).metrics is None
     assert sources({}, None) == Sources()
@@ -226,8 +257,9 @@ def test_the_log_gets_every_byte_appended_whatever_the_console_shows(tmp_path):
 def test_verbose_prints_the_output_unchanged(tmp_path):
     fixture = (FIXTURES / "sft.log").read_bytes()
     log = tmp_path / "sft.log"
-    proc = run_console("--stage", "sft", "--log", str(log), "--", "cat", str(FIXTURES / "sft.log"),
-                       env={"VERBOSE": "1"})
+    proc = run_console(
+        "--stage", "sft", "--log", str(log), "--", "cat", str(FIXTURES / "sft.log"), env={"VERBOSE": "1"}
+    )
     assert proc.returncode == 0
     head, _, rest = proc.stdout.partition(b"\n")
     assert head.startswith(b"[sft] full log: ") and rest == fixture and log.read_bytes() == fixture
@@ -249,11 +281,18 @@ def test_a_crash_keeps_its_exit_status_and_its_error_reaches_the_console(tmp_pat
 def started(log: Path, on_signal: str, code: int, **popen: object) -> subprocess.Popen:
     """The console running a command that prints its last words and exits ``code`` on signal ``on_signal``; returned
     once the command is up."""
-    script = (f"import signal, sys, time\n"
-              f"def stop(*_):\n    print('stopping cleanly', flush=True); sys.exit({code})\n"
-              f"signal.signal(signal.{on_signal}, stop)\nprint('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([*CONSOLE, "--stage", "rl", "--log", str(log), "--", sys.executable, "-c", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO, **popen)
+    script = (
+        f"import signal, sys, time\n"
+        f"def stop(*_):\n    print('stopping cleanly', flush=True); sys.exit({code})\n"
+        f"signal.signal(signal.{on_signal}, stop)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [*CONSOLE, "--stage", "rl", "--log", str(log), "--", sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        **popen,
+    )
     deadline = time.monotonic() + 60
     while b"ready" not in (log.read_bytes() if log.exists() else b"") and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -289,15 +328,27 @@ def test_a_daemon_the_command_leaves_behind_does_not_keep_the_console_waiting(tm
 def test_failures_show_by_cause_when_the_metrics_exist():
     base = {"critic/rewards/mean": 0.25, "timing_s/step": 12.0}
     assert "failures" not in view.rl_step(3, 12, base, None)
-    zero = {**base, "failures/total/reward_error": 0.0, "failures/total/tool_exception": 0.0,
-            "failures/total/all": 0.0, "failures/share": 0.0}
+    zero = {
+        **base,
+        "failures/total/reward_error": 0.0,
+        "failures/total/tool_exception": 0.0,
+        "failures/total/all": 0.0,
+        "failures/share": 0.0,
+    }
     assert "| failures 0 |" in view.rl_step(3, 12, zero, None)
-    some = {**zero, "failures/total/tool_exception": 2.0, "failures/total/reward_error": 1.0,
-            "failures/total/all": 3.0, "failures/share": 3 / 32}
+    some = {
+        **zero,
+        "failures/total/tool_exception": 2.0,
+        "failures/total/reward_error": 1.0,
+        "failures/total/all": 3.0,
+        "failures/share": 3 / 32,
+    }
     assert "| failures 3 (tool_exception 2, reward_error 1; 9.4% of the step) |" in view.rl_step(3, 12, some, None)
-    data = (b"(TaskRunnerV1 pid=7) WARNING retool failures step 0 (val): 3 of 288 trajectories failed (1.0%): "
-            b"tool_exception 3\n(TaskRunnerV1 pid=7) WARNING retool failures step 1 (train): 2 of 32 trajectories "
-            b"failed (6.2%): reward_error 2\n")
+    data = (
+        b"(TaskRunnerV1 pid=7) WARNING retool failures step 0 (val): 3 of 288 trajectories failed (1.0%): "
+        b"tool_exception 3\n(TaskRunnerV1 pid=7) WARNING retool failures step 1 (train): 2 of 32 trajectories "
+        b"failed (6.2%): reward_error 2\n"
+    )
     lines = compact(data, "rl")
     assert "[rl] validation at step 0: 3 of 288 trajectories failed (1.0%): tool_exception 3" in lines
     assert not any("(train)" in line or "step 1" in line for line in lines)  # the step's own line will say it
@@ -314,8 +365,9 @@ def test_the_recipe_s_stop_message_reaches_the_console_whole():
 
 
 def test_eta_comes_from_the_time_steps_take():
-    lines = b"".join(b"(TaskRunnerV1 pid=7) step:%d - critic/rewards/mean:0.1 - timing_s/step:9.0\n" % i
-                     for i in range(1, 4))
+    lines = b"".join(
+        b"(TaskRunnerV1 pid=7) step:%d - critic/rewards/mean:0.1 - timing_s/step:9.0\n" % i for i in range(1, 4)
+    )
     out = compact(lines, "rl", total=12, seconds_per_line=10.0)
     assert " | ETA 1m40s" in next(line for line in out if line.startswith("[rl] step 2/12"))
     assert " | ETA 1m30s" in next(line for line in out if line.startswith("[rl] step 3/12"))
@@ -329,37 +381,45 @@ def test_warnings_are_shown_once_errors_again_as_they_pile_up_harmless_ones_not_
     assert notices.add(Level("warning", "megatron engine is not available: ModuleNotFoundError")) is None
     assert notices.add(Level("warning", "b")) == "warning: b" and notices.add(Level("warning", "c")) is None
     shown = [notices.add(Level("error", "Failed to decode tool call: line 2 column 21")) for _ in range(100)]
-    assert [s for s in shown if s] == ["error: Failed to decode tool call: line 2 column 21",
-                                       "error (x10 so far): Failed to decode tool call: line 2 column 21",
-                                       "error (x100 so far): Failed to decode tool call: line 2 column 21"]
-    assert notices.summary() == ("warnings and errors only in the log: 98 repeated, 1 known harmless, "
-                                 "1 beyond the first distinct ones")
+    assert [s for s in shown if s] == [
+        "error: Failed to decode tool call: line 2 column 21",
+        "error (x10 so far): Failed to decode tool call: line 2 column 21",
+        "error (x100 so far): Failed to decode tool call: line 2 column 21",
+    ]
+    assert notices.summary() == (
+        "warnings and errors only in the log: 98 repeated, 1 known harmless, 1 beyond the first distinct ones"
+    )
     assert fingerprint("Failed to decode tool call: Extra data") == fingerprint("Failed to decode tool call: x")
 
 
-@pytest.mark.parametrize("line, level", [
-    ("/x/verl/trainer/main_ppo.py:180: UserWarning: Disabled critic", "warning"),
-    ("WARNING 12-02 15:52:51 [importing.py:73] Triton is installed", "warning"),
-    ("WARNING:2026-12-02 15:52:54,620:IPC is not supported", "warning"),
-    ("2026-12-02 15:52:06,803\tWARNING authentication_token_setup.py:85 -- Token authentication", "warning"),
-    ("2026-12-02 15:54:44,975 - WARNING - transfer_queue.utils.common - target_num_threads 8", "warning"),
-    ("[rank0]:[W1202 15:51:33.203837264 ProcessGroup.hpp:1006] Warning: No backend of type 0", "warning"),
-    ("ERROR:2026-12-02 15:54:48,428:Failed to decode tool call: Expecting ','", "error"),
-    ("[2026-12-02 15:51:33,548][/x/fsdp_checkpoint_manager.py][ERROR] - disk full", "error"),
-    ("                                  'warning_style': None,", None),  # a config dump, not a warning
-    ("ray init kwargs: {'NCCL_DEBUG': 'WARN'}", None),
-])
+@pytest.mark.parametrize(
+    "line, level",
+    [
+        ("/x/verl/trainer/main_ppo.py:180: UserWarning: Disabled critic", "warning"),
+        ("WARNING 12-02 15:52:51 [importing.py:73] Triton is installed", "warning"),
+        ("WARNING:2026-12-02 15:52:54,620:IPC is not supported", "warning"),
+        ("2026-12-02 15:52:06,803\tWARNING authentication_token_setup.py:85 -- Token authentication", "warning"),
+        ("2026-12-02 15:54:44,975 - WARNING - transfer_queue.utils.common - target_num_threads 8", "warning"),
+        ("[rank0]:[W1202 15:51:33.203837264 ProcessGroup.hpp:1006] Warning: No backend of type 0", "warning"),
+        ("ERROR:2026-12-02 15:54:48,428:Failed to decode tool call: Expecting ','", "error"),
+        ("[2026-12-02 15:51:33,548][/x/fsdp_checkpoint_manager.py][ERROR] - disk full", "error"),
+        ("                                  'warning_style': None,", None),  # a config dump, not a warning
+        ("ray init kwargs: {'NCCL_DEBUG': 'WARN'}", None),
+    ],
+)
 def test_warning_and_error_shapes_are_recognised_only_where_they_start_a_line(line, level):
     found = level_of(line)
     assert (found.level if found else None) == level
 
 
 def test_a_traceback_from_a_ray_worker_becomes_one_error_line_even_when_interleaved():
-    data = (b"(TaskRunner pid=1) Traceback (most recent call last):\n"
-            b"(TaskRunner pid=1)   File \"/x/verl/trainer/ppo/v1/trainer_base.py\", line 812, in fit\n"
-            b"(WorkerDict pid=2) step:1 - critic/rewards/mean:0.5\n"
-            b"(TaskRunner pid=1)     self.step()\n"
-            b"(TaskRunner pid=1) ValueError: batch of 0 prompts\n")
+    data = (
+        b"(TaskRunner pid=1) Traceback (most recent call last):\n"
+        b'(TaskRunner pid=1)   File "/x/verl/trainer/ppo/v1/trainer_base.py", line 812, in fit\n'
+        b"(WorkerDict pid=2) step:1 - critic/rewards/mean:0.5\n"
+        b"(TaskRunner pid=1)     self.step()\n"
+        b"(TaskRunner pid=1) ValueError: batch of 0 prompts\n"
+    )
     lines = compact(data, "rl")
     assert "[rl] error: ValueError: batch of 0 prompts (trainer_base.py:812 in fit)" in " ".join(lines)
     assert any(line.startswith("[rl] step 1 | reward 0.5") for line in lines)
@@ -382,22 +442,41 @@ def test_a_terminal_gets_a_live_bar_and_a_pipe_only_plain_lines():
 
 
 def test_start_up_lines_come_from_the_resolved_config(tmp_path):
-    rl = {"trainer": {"nnodes": 2, "n_gpus_per_node": 16, "total_training_steps": 130, "test_freq": 10,
-                      "save_freq": 10, "val_before_train": True, "v1": {"trainer_mode": "sync"}},
-          "data": {"train_files": "/d/dapo_math_17k.parquet", "val_files": ["/d/aime_2025.parquet"],
-                   "train_batch_size": 512},
-          "actor_rollout_ref": {"model": {"path": "/m/sft"}, "rollout": {"n": 16, "val_kwargs": {"n": 30}}},
-          "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": "http://h:8080/run_code"}}}}}
+    rl = {
+        "trainer": {
+            "nnodes": 2,
+            "n_gpus_per_node": 16,
+            "total_training_steps": 130,
+            "test_freq": 10,
+            "save_freq": 10,
+            "val_before_train": True,
+            "v1": {"trainer_mode": "sync"},
+        },
+        "data": {
+            "train_files": "/d/dapo_math_17k.parquet",
+            "val_files": ["/d/aime_2025.parquet"],
+            "train_batch_size": 512,
+        },
+        "actor_rollout_ref": {"model": {"path": "/m/sft"}, "rollout": {"n": 16, "val_kwargs": {"n": 30}}},
+        "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": "http://h:8080/run_code"}}}},
+    }
     lines = header("rl", rl, tmp_path / "run" / "logs" / "rl.log", device="npu", profile="reference")
-    assert lines[0] == (f"device npu | profile reference | 2 nodes x 16 devices | full log: "
-                        f"{tmp_path / 'run' / 'logs' / 'rl.log'} (VERBOSE=1 prints it here too)")
+    assert lines[0] == (
+        f"device npu | profile reference | 2 nodes x 16 devices | full log: "
+        f"{tmp_path / 'run' / 'logs' / 'rl.log'} (VERBOSE=1 prints it here too)"
+    )
     assert lines[1] == "model /m/sft | data /d: train dapo_math_17k.parquet | val aime_2025.parquet"
-    assert lines[2] == ("130 steps of 512 prompts x 16 samples (sync) | validation before training and every 10 "
-                        "steps (mean@30) | checkpoint every 10 steps | sandbox http://h:8080/run_code")
+    assert lines[2] == (
+        "130 steps of 512 prompts x 16 samples (sync) | validation before training and every 10 "
+        "steps (mean@30) | checkpoint every 10 steps | sandbox http://h:8080/run_code"
+    )
     assert len(lines) == 3
-    sft = {"trainer": {"nnodes": 2, "n_gpus_per_node": 16, "total_epochs": 6, "test_freq": -1, "save_freq": 31},
-           "data": {"train_files": "/d/retool_sft.parquet", "train_batch_size": 64}, "model": {"path": "/m/q"},
-           "optim": {"lr": 1e-5}}
+    sft = {
+        "trainer": {"nnodes": 2, "n_gpus_per_node": 16, "total_epochs": 6, "test_freq": -1, "save_freq": 31},
+        "data": {"train_files": "/d/retool_sft.parquet", "train_batch_size": 64},
+        "model": {"path": "/m/q"},
+        "optim": {"lr": 1e-5},
+    }
     rl["ray_kwargs"]["ray_init"]["log_to_driver"] = False  # workers' output would reach neither console nor log
     assert "log_to_driver is false" in header("rl", rl, tmp_path / "rl.log")[-1]
     lines = header("sft", sft, tmp_path / "sft.log", device="npu", profile="reference", environ={"NODE_RANK": "1"})
@@ -406,8 +485,12 @@ def test_start_up_lines_come_from_the_resolved_config(tmp_path):
 
 
 def test_retool_eval_progress_gets_a_line_per_tenth_with_its_eta():
-    data = b"".join(b"retool-eval: %d/40 samples | acc %.3f so far | tool use 0.50\n" % (i, i / 80)
-                    for i in range(2, 41, 2)) + b"retool-eval: 20 problems x 2 samples in 60 s: acc/mean@2 0.5\n"
+    data = (
+        b"".join(
+            b"retool-eval: %d/40 samples | acc %.3f so far | tool use 0.50\n" % (i, i / 80) for i in range(2, 41, 2)
+        )
+        + b"retool-eval: 20 problems x 2 samples in 60 s: acc/mean@2 0.5\n"
+    )
     lines = compact(data, "eval", seconds_per_line=3.0, chunk=7)
     progress = [line for line in lines if line.startswith("[eval] samples ")]
     assert [line.split(" |")[0] for line in progress] == [f"[eval] samples {i}/40" for i in range(4, 41, 4)]

@@ -20,8 +20,14 @@ ARM_BF16 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
 
 @pytest.mark.parametrize(
     ("cpuinfo", "native"),
-    [(EPYC_MILAN, False), (SAPPHIRE_RAPIDS, True), (EPYC_GENOA, True), (KUNPENG_920, False), (ARM_BF16, True),
-     ("", False)],
+    [
+        (EPYC_MILAN, False),
+        (SAPPHIRE_RAPIDS, True),
+        (EPYC_GENOA, True),
+        (KUNPENG_920, False),
+        (ARM_BF16, True),
+        ("", False),
+    ],
 )
 def test_float32_is_the_default_and_the_reason_names_the_native_bf16_flags(cpuinfo, native):
     chosen, reason = choose_dtype(cpu_flags(cpuinfo))
@@ -30,8 +36,10 @@ def test_float32_is_the_default_and_the_reason_names_the_native_bf16_flags(cpuin
     assert ("would be emulated" in reason) == (not native)
 
 
-@pytest.mark.parametrize(("cap", "native"), [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True),
-                                            ("AVX512_CORE_AMX", True), (None, True)])
+@pytest.mark.parametrize(
+    ("cap", "native"),
+    [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True), ("AVX512_CORE_AMX", True), (None, True)],
+)
 def test_a_onednn_cap_below_bf16_makes_bf16_emulated_on_a_bf16_cpu(cap, native):
     assert native_bf16(cpu_flags(SAPPHIRE_RAPIDS), cap)[0] == native
     chosen, reason = choose_dtype(cpu_flags(SAPPHIRE_RAPIDS), "bfloat16", cap)  # the override still wins
@@ -75,12 +83,24 @@ def test_host_report_of_a_cpuinfo_file(tmp_path, monkeypatch):
 
 def test_cli_prints_what_the_launcher_exports(monkeypatch):
     env = {"RETOOL_CPU_DTYPE": "float32", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "retool.platform.cpu_dtype"], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "retool.platform.cpu_dtype"], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out == "float32\n"
-    report = json.loads(subprocess.run([sys.executable, "-m", "retool.platform.cpu_dtype", "--json"], env=env,
-                                       capture_output=True, text=True, check=True).stdout)
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "retool.platform.cpu_dtype", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert report["dtype"] == "float32" and report["dtype_reason"] == "set by RETOOL_CPU_DTYPE"
-    bad = subprocess.run([sys.executable, "-m", "retool.platform.cpu_dtype"], env={**env, "RETOOL_CPU_DTYPE": "x"},
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "retool.platform.cpu_dtype"],
+        env={**env, "RETOOL_CPU_DTYPE": "x"},
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "RETOOL_CPU_DTYPE must be one of" in bad.stderr

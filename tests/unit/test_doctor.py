@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from ports import free_port
-from doctor_helpers import (QWEN3_4B, REPO, clear_run_choices, resolved_rl_config, rl_parquet,
-                            tiny_model_dir)
+from doctor_helpers import QWEN3_4B, REPO, clear_run_choices, resolved_rl_config, rl_parquet, tiny_model_dir
 
 from retool.checklist import FAIL, OK, SKIP, WARN
 from retool.doctor.cli import main
@@ -37,24 +36,33 @@ def _no_run_choices(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_failing_check_exits_nonzero_with_actionable_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    cfg = resolved_rl_config(tmp_path, tmp_path / "no-model", tmp_path / "no-train.parquet",
-                             tmp_path / "no-val.parquet")
+    cfg = resolved_rl_config(
+        tmp_path, tmp_path / "no-model", tmp_path / "no-train.parquet", tmp_path / "no-val.parquet"
+    )
     path = tmp_path / "rl.resolved.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["--config", str(path), "--sandbox-url", f"http://127.0.0.1:{free_port()}"]) == 1
     out = capsys.readouterr().out
-    assert f"[FAIL] model: {tmp_path / 'no-model'} does not exist: RL starts from the SFT model -> run the SFT " \
-           "stage, then set MODEL_PATH" in out
-    assert f"[FAIL] data: {tmp_path / 'no-train.parquet'}, {tmp_path / 'no-val.parquet'} not there -> retool-data " \
-           "download, then retool-data prepare --profile reference --out " in out
+    assert (
+        f"[FAIL] model: {tmp_path / 'no-model'} does not exist: RL starts from the SFT model -> run the SFT "
+        "stage, then set MODEL_PATH" in out
+    )
+    assert (
+        f"[FAIL] data: {tmp_path / 'no-train.parquet'}, {tmp_path / 'no-val.parquet'} not there -> retool-data "
+        "download, then retool-data prepare --profile reference --out " in out
+    )
     assert "[FAIL] sandbox:" in out and "start it: retool-sandbox serve --host 127.0.0.1" in out
     assert "[ OK ] python:" in out
     assert "failure(s)" in out.splitlines()[-1]
 
 
 def test_all_good_config_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    cfg = resolved_rl_config(tmp_path, tiny_model_dir(tmp_path / "model"), rl_parquet(tmp_path / "train.parquet"),
-                             rl_parquet(tmp_path / "val.parquet"))
+    cfg = resolved_rl_config(
+        tmp_path,
+        tiny_model_dir(tmp_path / "model"),
+        rl_parquet(tmp_path / "train.parquet"),
+        rl_parquet(tmp_path / "val.parquet"),
+    )
     path = tmp_path / "rl.resolved.yaml"
     path.write_text(yaml.safe_dump(cfg))
     with running_sandbox() as url:
@@ -63,22 +71,45 @@ def test_all_good_config_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0, out
     assert "[FAIL]" not in out
     assert "[ OK ] memory:" in out and "[ OK ] data: train train.parquet (1 rows)" in out
-    assert ("[ OK ] profile data: train.parquet, val.parquet match the reference profile (PROFILE unset: the "
-            "launchers' default)") in out
+    assert (
+        "[ OK ] profile data: train.parquet, val.parquet match the reference profile (PROFILE unset: the "
+        "launchers' default)"
+    ) in out
     assert "[ OK ] sandbox:" in out and "isolation bwrap" in out  # an RL config accepts nothing weaker
     names = [line.split("]", 1)[1].split(":", 1)[0].strip() for line in out.splitlines()[:-1]]
-    assert names == ["python", "packages", "verl patches", "npu stack", "devices", "config", "model", "data",
-                     "profile data", "tool config", "sandbox url", "sandbox", "sessions", "ray", "memory", "disk"]
+    assert names == [
+        "python",
+        "packages",
+        "verl patches",
+        "npu stack",
+        "devices",
+        "config",
+        "model",
+        "data",
+        "profile data",
+        "tool config",
+        "sandbox url",
+        "sandbox",
+        "sessions",
+        "ray",
+        "memory",
+        "disk",
+    ]
     # The tool config's own URL (port 8080) differs from the one checked: said, but not a failure.
     assert "[WARN] sandbox url:" in out
 
 
-def test_doctor_checks_the_url_the_ray_workers_will_use(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_checks_the_url_the_ray_workers_will_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The launcher puts RETOOL_SANDBOX_URL into the Ray job's runtime env; this shell may say something else.
     monkeypatch.setenv("RETOOL_SANDBOX_URL", f"http://127.0.0.1:{free_port()}/run_code")
-    cfg = resolved_rl_config(tmp_path, tiny_model_dir(tmp_path / "model"), rl_parquet(tmp_path / "train.parquet"),
-                             rl_parquet(tmp_path / "val.parquet"))
+    cfg = resolved_rl_config(
+        tmp_path,
+        tiny_model_dir(tmp_path / "model"),
+        rl_parquet(tmp_path / "train.parquet"),
+        rl_parquet(tmp_path / "val.parquet"),
+    )
     with running_sandbox() as url:
         cfg["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": url + "/run_code"}}}}
         path = tmp_path / "rl.resolved.yaml"
@@ -106,8 +137,13 @@ def test_sandbox_check_against_real_server() -> None:
 
 
 def test_python_m_retool_doctor_runs_the_checks() -> None:
-    proc = subprocess.run([sys.executable, "-m", "retool.doctor", "--sandbox-url", "localhost:8080"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "retool.doctor", "--sandbox-url", "localhost:8080"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "[FAIL] sandbox: 'localhost:8080' is not an http(s) URL" in proc.stdout
     assert proc.stdout.splitlines()[-1].startswith("retool-doctor (install stage): ") and "failure(s)" in proc.stdout
@@ -120,7 +156,8 @@ def test_launcher_dry_run_is_parsed(tmp_path: Path) -> None:
         'if [[ "$DRY_RUN" != 1 ]]; then echo "would train" >&2; exit 3; fi\n'
         'echo "warning: model missing" >&2\n'
         'echo "[launcher] resolved config:"\n'
-        "cat <<EOF\ntrainer:\n  device: npu\n  n_gpus_per_node: 16\n  extra: $1\nEOF\n")
+        "cat <<EOF\ntrainer:\n  device: npu\n  n_gpus_per_node: 16\n  extra: $1\nEOF\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     cfg = load_config(script, ["trainer.nnodes=2"])
     assert cfg == {"trainer": {"device": "npu", "n_gpus_per_node": 16, "extra": "trainer.nnodes=2"}}
@@ -189,8 +226,10 @@ def test_data_columns(tmp_path: Path) -> None:
     sft_check = check_data({"data": {"train_files": str(sft), "messages_key": "messages"}})
     assert sft_check.status == FAIL and "lacks columns ['messages']" in sft_check.details[0]
     (tmp_path / "junk.parquet").write_text("not parquet")
-    assert "not a readable parquet" in check_data({"data": {"train_files": str(tmp_path / "junk.parquet"),
-                                                             "messages_key": "messages"}}).details[0]
+    assert (
+        "not a readable parquet"
+        in check_data({"data": {"train_files": str(tmp_path / "junk.parquet"), "messages_key": "messages"}}).details[0]
+    )
 
 
 def test_tool_config_loads_with_verls_loader(tmp_path: Path) -> None:
@@ -199,8 +238,10 @@ def test_tool_config_loads_with_verls_loader(tmp_path: Path) -> None:
     assert check.status == OK and "code_interpreter (retool.tool.CodeInterpreterTool)" in check.details[0]
     assert url and url.endswith("/run_code")
     bad = tmp_path / "tool.yaml"
-    bad.write_text("tools:\n  - class_name: retool.tool.CodeInterpreterTool\n    config: {type: native, "
-                   "sandbox_fusion_url: 'ftp://x', bogus: 1}\n")
+    bad.write_text(
+        "tools:\n  - class_name: retool.tool.CodeInterpreterTool\n    config: {type: native, "
+        "sandbox_fusion_url: 'ftp://x', bogus: 1}\n"
+    )
     cfg["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = str(bad)
     check, _ = check_tool_config(cfg)
     assert check.status == FAIL and "does not load" in check.details[0]
@@ -226,27 +267,39 @@ def test_memory_estimate_sharding_and_offload() -> None:
     assert state(sixteen) == pytest.approx(state(one) / 16)
     policy = estimate_memory(QWEN3_4B, world=16, offload_policy=True, **{**common, "param_offload": True})
     assert state(policy) == 0
-    rollout = estimate_memory(QWEN3_4B, world=16, rollout_util=0.8, device_gb=64, max_model_len=18432,
-                              **{**common, "param_offload": True, "optimizer_offload": True})
+    rollout = estimate_memory(
+        QWEN3_4B,
+        world=16,
+        rollout_util=0.8,
+        device_gb=64,
+        max_model_len=18432,
+        **{**common, "param_offload": True, "optimizer_offload": True},
+    )
     assert rollout.rollout_total == pytest.approx(0.8 * 64)
 
 
 def test_memory_check_warns_when_it_cannot_fit(tmp_path: Path) -> None:
-    cfg = {"trainer": {"device": "cuda", "nnodes": 1, "n_gpus_per_node": 1},
-           "data": {"max_prompt_length": 2048, "max_response_length": 16384},
-           "actor_rollout_ref": {"model": {"path": "/nowhere/Qwen3-4B-Instruct-2507"},
-                                 "actor": {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 18432,
-                                           "fsdp_config": {}},
-                                 "rollout": {"gpu_memory_utilization": 0.8, "tensor_model_parallel_size": 1}}}
+    cfg = {
+        "trainer": {"device": "cuda", "nnodes": 1, "n_gpus_per_node": 1},
+        "data": {"max_prompt_length": 2048, "max_response_length": 16384},
+        "actor_rollout_ref": {
+            "model": {"path": "/nowhere/Qwen3-4B-Instruct-2507"},
+            "actor": {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 18432, "fsdp_config": {}},
+            "rollout": {"gpu_memory_utilization": 0.8, "tensor_model_parallel_size": 1},
+        },
+    }
     gpu = Devices("cuda", 1, 24.0)
     check = check_memory(cfg, None, gpu, None)
     assert check.status == WARN and "training does not fit" in check.details[0] and "qwen3-4b" in check.details[0]
     # The reference layout: 16 A3 dies of 64 GB, both offloads, SP 4, TP 4.
     cfg["trainer"].update(device="npu", n_gpus_per_node=16)
-    cfg["actor_rollout_ref"]["actor"].update(ulysses_sequence_parallel_size=4,
-                                             fsdp_config={"param_offload": True, "optimizer_offload": True})
+    cfg["actor_rollout_ref"]["actor"].update(
+        ulysses_sequence_parallel_size=4, fsdp_config={"param_offload": True, "optimizer_offload": True}
+    )
     cfg["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] = 4
     fits = check_memory(cfg, None, Devices("cpu", 1, 24.0), None)
     assert fits.status == OK and "of 64 GiB" in fits.details[0]
-    assert check_memory({"trainer": {}, "actor_rollout_ref": {"model": {"path": "/x/other"}}}, None, gpu,
-                        None).status == SKIP
+    assert (
+        check_memory({"trainer": {}, "actor_rollout_ref": {"model": {"path": "/x/other"}}}, None, gpu, None).status
+        == SKIP
+    )

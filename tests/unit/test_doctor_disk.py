@@ -24,8 +24,14 @@ def _no_run_choices(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def rl_run(tmp_path: Path, model: Path, **trainer: object) -> dict:
     train = rl_parquet(tmp_path / "train.parquet", rows=10)
-    cfg = resolved_rl_config(tmp_path, model, train, train,
-                             default_local_dir=str(tmp_path / "runs" / "rl-1" / "checkpoints" / "rl"), **trainer)
+    cfg = resolved_rl_config(
+        tmp_path,
+        model,
+        train,
+        train,
+        default_local_dir=str(tmp_path / "runs" / "rl-1" / "checkpoints" / "rl"),
+        **trainer,
+    )
     cfg["data"]["train_batch_size"] = 2
     return cfg
 
@@ -38,8 +44,9 @@ def test_checkpoint_arithmetic() -> None:
     assert reference.kept == 13
     assert reference.total_gb == pytest.approx(13 * 12 * p / GIB)
     assert reference.total_gb == pytest.approx(584, rel=0.01)
-    assert estimate_checkpoints(QWEN3_4B, save_contents=ACTOR_STATE, saves=13, keep=2).total_gb == \
-        pytest.approx(2 * 12 * p / GIB)
+    assert estimate_checkpoints(QWEN3_4B, save_contents=ACTOR_STATE, saves=13, keep=2).total_gb == pytest.approx(
+        2 * 12 * p / GIB
+    )
     with_hf = estimate_checkpoints(QWEN3_4B, save_contents=[*ACTOR_STATE, "hf_model"], saves=1, keep=None)
     assert with_hf.per_checkpoint_gb["hf_model"] == pytest.approx(4 * p / GIB)
     bf16 = estimate_checkpoints(QWEN3_4B, save_contents=["model"], saves=1, keep=0, fp32_master=False)
@@ -84,9 +91,12 @@ def test_counts_saves_from_the_data_and_the_sft_settings(tmp_path: Path) -> None
     assert "15 steps (10 train rows // batch 2 x 3 epochs), a save every 5 steps" in rl.details[0]
     assert "model 0.0, optimizer 0.0;" in rl.details[0]
     assert check_disk(rl_run(tmp_path, model, save_freq=-1), hf).details[0].startswith("the run saves no checkpoints")
-    sft = {"model": {"path": str(model)}, "data": {"train_files": str(tmp_path / "missing.parquet")},
-           "checkpoint": {"save_contents": [*ACTOR_STATE, "hf_model"]},
-           "trainer": {"save_freq": -1, "total_epochs": 6, "default_local_dir": str(tmp_path / "sft")}}
+    sft = {
+        "model": {"path": str(model)},
+        "data": {"train_files": str(tmp_path / "missing.parquet")},
+        "checkpoint": {"save_contents": [*ACTOR_STATE, "hf_model"]},
+        "trainer": {"save_freq": -1, "total_epochs": 6, "default_local_dir": str(tmp_path / "sft")},
+    }
     last = check_disk(sft, hf)
     assert last.status == OK and "1 kept of 1 saved" in last.details[0] and "hf_model" in last.details[0]
     assert "trainer.save_freq -1: the last step only" in last.details[0]

@@ -11,8 +11,7 @@ from doctor_helpers import clear_run_choices, write_yaml
 
 from retool.checklist import FAIL, OK, SKIP
 from retool.doctor.cli import main
-from retool.doctor.versions import (NPU_IMAGE_PACKAGES, cann_info_candidates, check_npu_stack, load_pins,
-                                    same_release)
+from retool.doctor.versions import NPU_IMAGE_PACKAGES, cann_info_candidates, check_npu_stack, load_pins, same_release
 
 NPU = {"trainer": {"device": "npu", "nnodes": 1, "n_gpus_per_node": 16}}
 
@@ -50,15 +49,18 @@ def cann_info(folder: Path, version: str) -> Path:
     """CANN's toolkit install record under ``folder`` (the toolkit home), as its installer writes it."""
     info = folder / "aarch64-linux" / "ascend_toolkit_install.info"
     info.parent.mkdir(parents=True)
-    info.write_text(f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C25B010\n"
-                    f"arch=aarch64\nos=linux\npath={folder}/aarch64-linux\n")
+    info.write_text(
+        f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C25B010\n"
+        f"arch=aarch64\nos=linux\npath={folder}/aarch64-linux\n"
+    )
     return info
 
 
 def test_image_stack_matching_the_pins(tmp_path: Path, pins: dict) -> None:
     image = pins["npu_image"]
-    check = check_npu_stack(NPU, pins, cann_info(tmp_path / "toolkit", image["cann"]),
-                            image_site(tmp_path / "site", pins))
+    check = check_npu_stack(
+        NPU, pins, cann_info(tmp_path / "toolkit", image["cann"]), image_site(tmp_path / "site", pins)
+    )
     assert check.status == OK, check.details[0]
     assert f"torch_npu {image['torch_npu']}" in check.details[0] and f"CANN {image['cann']}" in check.details[0]
 
@@ -99,8 +101,10 @@ def test_missing_pieces(tmp_path: Path, pins: dict) -> None:
     site = tmp_path / "partial"
     install(site, "torch_npu", pins["npu_image"]["torch_npu"])
     partial = check_npu_stack(NPU, pins, cann_info(tmp_path / "toolkit", pins["npu_image"]["cann"]), [str(site)])
-    assert partial.status == FAIL and f"vllm is not installed (the image pins {pins['npu_image']['vllm']})" in \
-        partial.details[0]
+    assert (
+        partial.status == FAIL
+        and f"vllm is not installed (the image pins {pins['npu_image']['vllm']})" in partial.details[0]
+    )
 
 
 def test_local_build_labels_are_the_same_release() -> None:
@@ -118,5 +122,6 @@ def test_doctor_compares_this_hosts_packages(tmp_path: Path, pins: dict, capsys:
     assert line.startswith("[FAIL] npu stack: ")
     assert f"torch_npu is not installed (the image pins {image['torch_npu']})" in line
     torch = md.version("torch")
-    assert (f"torch {torch} is installed, the image pins {image['torch']}" in line) != same_release(torch,
-                                                                                                  image["torch"])
+    assert (f"torch {torch} is installed, the image pins {image['torch']}" in line) != same_release(
+        torch, image["torch"]
+    )

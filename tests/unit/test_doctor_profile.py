@@ -26,8 +26,14 @@ def _no_run_choices(monkeypatch: pytest.MonkeyPatch) -> None:
 def rl_resolved(tmp_path: Path, prompt_style: str) -> Path:
     train = rl_parquet(tmp_path / f"train_{prompt_style}.parquet", prompt_style=prompt_style)
     val = rl_parquet(tmp_path / f"val_{prompt_style}.parquet", prompt_style=prompt_style)
-    return write_yaml(tmp_path / "rl.resolved.yaml", {"actor_rollout_ref": {}, "trainer": {"device": "cpu"},
-                                                      "data": {"train_files": str(train), "val_files": [str(val)]}})
+    return write_yaml(
+        tmp_path / "rl.resolved.yaml",
+        {
+            "actor_rollout_ref": {},
+            "trainer": {"device": "cpu"},
+            "data": {"train_files": str(train), "val_files": [str(val)]},
+        },
+    )
 
 
 def sft_parquet(tmp_path: Path, profile_tool: str, prompt_style: str) -> Path:
@@ -43,13 +49,17 @@ def test_rl_data_against_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyP
     cfg = load_config(path)
     ok = check_profile_data(cfg, RESOLVED, path)
     assert ok.status == OK, ok.details[0]
-    assert ok.details[0] == ("train_verl_retool.parquet, val_verl_retool.parquet match the reference profile "
-                          "(PROFILE unset: the launchers' default)")
+    assert ok.details[0] == (
+        "train_verl_retool.parquet, val_verl_retool.parquet match the reference profile "
+        "(PROFILE unset: the launchers' default)"
+    )
     monkeypatch.setenv("PROFILE", "improved")
     wrong = check_profile_data(cfg, RESOLVED, path)
     assert wrong.status == FAIL
-    assert "train_verl_retool.parquet row 0: its prompt has the verl_retool wording, the improved profile writes " \
-           "qwen_boxed; convert it again: retool-data prepare --profile improved" in wrong.details[0]
+    assert (
+        "train_verl_retool.parquet row 0: its prompt has the verl_retool wording, the improved profile writes "
+        "qwen_boxed; convert it again: retool-data prepare --profile improved" in wrong.details[0]
+    )
     assert "(checked against the improved profile, PROFILE=improved)" in wrong.details[0]
     monkeypatch.setenv("PROFILE", "bogus")
     unknown = check_profile_data(cfg, RESOLVED, path)
@@ -58,8 +68,10 @@ def test_rl_data_against_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_sft_data_carries_the_profiles_tool_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     improved = sft_parquet(tmp_path, "tool_annotated.yaml", "qwen_boxed")
-    path = write_yaml(tmp_path / "sft.resolved.yaml", {"trainer": {"device": "cpu"},
-                                                       "data": {"train_files": str(improved), "val_files": None}})
+    path = write_yaml(
+        tmp_path / "sft.resolved.yaml",
+        {"trainer": {"device": "cpu"}, "data": {"train_files": str(improved), "val_files": None}},
+    )
     cfg = load_config(path)
     reference = check_profile_data(cfg, RESOLVED, path)
     assert reference.status == FAIL and "its tool schema is not the reference profile's" in reference.details[0]

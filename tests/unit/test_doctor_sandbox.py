@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from doctor_helpers import (clear_run_choices, resolved_rl_config, rl_parquet, tiny_model_dir, tool_yaml,
-                            write_yaml)
+from doctor_helpers import clear_run_choices, resolved_rl_config, rl_parquet, tiny_model_dir, tool_yaml, write_yaml
 
 from retool.checklist import FAIL, OK, SKIP, WARN
 from retool.doctor.cli import main
@@ -25,8 +24,10 @@ from retool.doctor.sandbox import check_sandbox, check_sessions
 from retool_sandbox.spawn import running_sandbox
 
 ACCEPT = "RETOOL_ACCEPT_WEAK_ISOLATION"
-NO_HEALTH = ("runs code but has no /health (SandboxFusion?): its default isolation is none (code runs as the server "
-             "user); prefer retool-sandbox")
+NO_HEALTH = (
+    "runs code but has no /health (SandboxFusion?): its default isolation is none (code runs as the server "
+    "user); prefer retool-sandbox"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -48,11 +49,21 @@ class _FusionLike(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        proc = subprocess.run([sys.executable, "-c", body["code"]], capture_output=True, text=True,
-                              timeout=body["run_timeout"])
-        self._json({"status": "Success" if proc.returncode == 0 else "Failed", "message": "",
-                    "run_result": {"status": "Finished", "return_code": proc.returncode, "stdout": proc.stdout,
-                                   "stderr": proc.stderr}})
+        proc = subprocess.run(
+            [sys.executable, "-c", body["code"]], capture_output=True, text=True, timeout=body["run_timeout"]
+        )
+        self._json(
+            {
+                "status": "Success" if proc.returncode == 0 else "Failed",
+                "message": "",
+                "run_result": {
+                    "status": "Finished",
+                    "return_code": proc.returncode,
+                    "stdout": proc.stdout,
+                    "stderr": proc.stderr,
+                },
+            }
+        )
 
     def _json(self, value: object) -> None:
         data = json.dumps(value).encode()
@@ -83,8 +94,7 @@ def per_trajectory_config(tmp_path: Path, batch: int, n: int, nnodes: int, mode:
     cfg = resolved_rl_config(tmp_path, tmp_path, tmp_path, tmp_path, nnodes=nnodes)
     cfg["data"]["train_batch_size"] = batch
     cfg["actor_rollout_ref"]["rollout"]["n"] = n
-    cfg["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = str(tool_yaml(tmp_path / "tool.yaml",
-                                                                                         mode))
+    cfg["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = str(tool_yaml(tmp_path / "tool.yaml", mode))
     return cfg
 
 
@@ -103,10 +113,15 @@ def test_tier_none_fails_an_rl_config_until_the_risk_is_accepted(monkeypatch: py
     assert plain.details[0].endswith("model code is not isolated; restart with --isolation auto")
     assert rl.status == FAIL and still.status == FAIL
     assert f"{url} runs code; isolation none" in rl.details[0]
-    for fix in ("isolation none is weaker than bwrap", "Debian/Ubuntu: apt-get install -y bubblewrap",
-                "openEuler, CentOS, RHEL: dnf install -y bubblewrap", "restart `retool-sandbox serve`",
-                "--cap-add CAP_SYS_ADMIN", 'docs/sandbox.md ("Containers")',
-                "accept the risk explicitly: RETOOL_ACCEPT_WEAK_ISOLATION=1"):
+    for fix in (
+        "isolation none is weaker than bwrap",
+        "Debian/Ubuntu: apt-get install -y bubblewrap",
+        "openEuler, CentOS, RHEL: dnf install -y bubblewrap",
+        "restart `retool-sandbox serve`",
+        "--cap-add CAP_SYS_ADMIN",
+        'docs/sandbox.md ("Containers")',
+        "accept the risk explicitly: RETOOL_ACCEPT_WEAK_ISOLATION=1",
+    ):
         assert fix in rl.details[0]
     assert accepted.status == WARN and accepted.details[0].endswith("accepted with RETOOL_ACCEPT_WEAK_ISOLATION=1")
 
@@ -142,10 +157,15 @@ def test_sandboxfusion_without_health(monkeypatch: pytest.MonkeyPatch) -> None:
     assert accepted.status == WARN and NO_HEALTH in accepted.details[0] and "accepted with" in accepted.details[0]
 
 
-def test_doctor_exits_1_for_an_rl_run_on_a_weak_sandbox(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = resolved_rl_config(tmp_path, tiny_model_dir(tmp_path / "model"), rl_parquet(tmp_path / "train.parquet"),
-                             rl_parquet(tmp_path / "val.parquet"))
+def test_doctor_exits_1_for_an_rl_run_on_a_weak_sandbox(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = resolved_rl_config(
+        tmp_path,
+        tiny_model_dir(tmp_path / "model"),
+        rl_parquet(tmp_path / "train.parquet"),
+        rl_parquet(tmp_path / "val.parquet"),
+    )
     path = write_yaml(tmp_path / "rl.resolved.yaml", cfg)
     with running_sandbox(isolation="none", slots=1) as url:
         refused = main(["--config", str(path), "--sandbox-url", url])
@@ -168,8 +188,10 @@ def test_per_trajectory_sessions_against_max_sessions(tmp_path: Path) -> None:
         stateless = check_sessions(per_trajectory_config(tmp_path, batch=64, n=16, nnodes=1, mode="stateless"), url)
     assert short.status == FAIL
     assert f"{url} keeps at most 4 sessions" in short.details[0]
-    assert "8 trajectories are in flight per node (data.train_batch_size 2 x actor_rollout_ref.rollout.n 4 / " \
-           "trainer.nnodes 1" in short.details[0]
+    assert (
+        "8 trajectories are in flight per node (data.train_batch_size 2 x actor_rollout_ref.rollout.n 4 / "
+        "trainer.nnodes 1" in short.details[0]
+    )
     assert short.details[0].endswith("restart it with --max-sessions 8")
     assert enough.status == OK and "keeps up to 4 sessions; 4 trajectories in flight per node" in enough.details[0]
     assert reference.status == FAIL and "--max-sessions 1024" in reference.details[0]

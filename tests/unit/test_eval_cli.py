@@ -41,8 +41,9 @@ def test_load_aime_layouts_and_rl_parquet(tmp_path: Path) -> None:
     prepared = tmp_path / "aime25.parquet"
     rl.prepare(AIME25, prepared, limit=2)
     again = load_problems([prepared])
-    assert [(p.problem_id, p.prompt, p.ground_truth) for p in again] == \
-        [(p.problem_id, p.prompt, p.ground_truth) for p in problems[:2]]
+    assert [(p.problem_id, p.prompt, p.ground_truth) for p in again] == [
+        (p.problem_id, p.prompt, p.ground_truth) for p in problems[:2]
+    ]
 
 
 def test_raw_files_get_the_profile_s_prompt_style(tmp_path: Path) -> None:
@@ -72,8 +73,9 @@ def test_prepared_dapo_in_the_reference_style_is_used_as_is(tmp_path: Path) -> N
     rl.prepare(raw, prepared, source="dapo")
     from_raw, from_prepared = load_problems([raw]), load_problems([prepared])
     assert [(p.problem_id, p.prompt) for p in from_prepared] == [(p.problem_id, p.prompt) for p in from_raw]
-    assert from_raw[0].prompt[0]["content"].endswith(
-        "\nThe answer format must be: \\boxed{'The final answer goes here.'}")
+    assert (
+        from_raw[0].prompt[0]["content"].endswith("\nThe answer format must be: \\boxed{'The final answer goes here.'}")
+    )
 
 
 def rl_rows(path: Path, rows: list[dict]) -> Path:
@@ -82,9 +84,14 @@ def rl_rows(path: Path, rows: list[dict]) -> Path:
 
 
 def row(index: str, ground_truth: str = "42") -> dict:
-    return {"data_source": "synthetic_arith", "prompt": [{"role": "user", "content": "6*7?"}], "ability": "MATH",
-            "reward_model": {"style": "rule", "ground_truth": ground_truth}, "extra_info": {"index": index},
-            "agent_name": "tool_agent"}
+    return {
+        "data_source": "synthetic_arith",
+        "prompt": [{"role": "user", "content": "6*7?"}],
+        "ability": "MATH",
+        "reward_model": {"style": "rule", "ground_truth": ground_truth},
+        "extra_info": {"index": index},
+        "agent_name": "tool_agent",
+    }
 
 
 def test_bad_rows_are_named(tmp_path: Path) -> None:
@@ -105,9 +112,26 @@ def test_a_sandbox_url_that_is_no_url_is_an_eval_error() -> None:
 
 
 def test_config_composition_and_flags() -> None:
-    args = parse_args(["--model", "m", "--data", "d", "--sandbox-url", "http://x:1", "--output", "o",
-                       "--override", "+smoke=rl", "--max-turns", "5", "--max-tokens", "300",
-                       "--max-tool-response-length", "999"])
+    args = parse_args(
+        [
+            "--model",
+            "m",
+            "--data",
+            "d",
+            "--sandbox-url",
+            "http://x:1",
+            "--output",
+            "o",
+            "--override",
+            "+smoke=rl",
+            "--max-turns",
+            "5",
+            "--max-tokens",
+            "300",
+            "--max-tool-response-length",
+            "999",
+        ]
+    )
     overrides = cli_overrides(args)
     assert overrides[:2] == ["profile/rl=reference", "+smoke=rl"]  # flags come after, so they win
     cfg = compose_config(REPO / "configs" / "rl.yaml", overrides)
@@ -137,24 +161,58 @@ def test_dead_sandbox_fails_before_the_model_loads(tmp_path: Path, capsys: pytes
     (model / "config.json").write_text("{}")
     data = rl_rows(tmp_path / "d.parquet", [row("a")])
     port = free_port()
-    code = main(["--model", str(model), "--data", str(data), "--sandbox-url", f"http://127.0.0.1:{port}",
-                 "--output", str(tmp_path / "out")])
+    code = main(
+        [
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--sandbox-url",
+            f"http://127.0.0.1:{port}",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2
     assert "does not answer GET /v1/ping" in capsys.readouterr().err
-    assert main(["--model", str(tmp_path), "--data", str(data), "--sandbox-url", "http://x:1",
-                 "--output", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "--model",
+                str(tmp_path),
+                "--data",
+                str(data),
+                "--sandbox-url",
+                "http://x:1",
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "has no config.json" in capsys.readouterr().err
 
 
 def test_build_metrics_per_source() -> None:
     def rec(pid: str, source: str, correct: bool, calls: list[str], stop: str) -> dict:
-        return {"problem_id": pid, "data_source": source, "correct": correct, "pred": "1" if correct else None,
-                "num_turns": 2 + 2 * len(calls), "tool_calls": len(calls),
-                "tool_errors": sum(s != "ok" for s in calls), "calls": [{"status": s} for s in calls],
-                "stop_reason": stop}
+        return {
+            "problem_id": pid,
+            "data_source": source,
+            "correct": correct,
+            "pred": "1" if correct else None,
+            "num_turns": 2 + 2 * len(calls),
+            "tool_calls": len(calls),
+            "tool_errors": sum(s != "ok" for s in calls),
+            "calls": [{"status": s} for s in calls],
+            "stop_reason": stop,
+        }
 
-    records = [rec("a/1", "a", True, ["ok"], "answered"), rec("a/1", "a", False, [], "answered"),
-               rec("b/1", "b", False, ["timeout", "ok"], "max_turns"), rec("b/1", "b", False, [], "response_length")]
+    records = [
+        rec("a/1", "a", True, ["ok"], "answered"),
+        rec("a/1", "a", False, [], "answered"),
+        rec("b/1", "b", False, ["timeout", "ok"], "max_turns"),
+        rec("b/1", "b", False, [], "response_length"),
+    ]
     m = build_metrics(records)
     assert m["acc/mean@2"] == pytest.approx(0.25)
     assert m["per_source"]["a"]["acc/mean@2"] == pytest.approx(0.5)
@@ -167,16 +225,18 @@ def test_cli_rejects_bad_numbers(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o", "--n", "0"])
     assert "--n must be >= 1" in capsys.readouterr().err
-    assert isinstance(parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"]),
-                      argparse.Namespace)
+    assert isinstance(
+        parse_args(["--model", "m", "--data", "d", "--sandbox-url", "u", "--output", "o"]), argparse.Namespace
+    )
 
 
 def test_a_prepared_file_of_the_other_profile_is_refused(tmp_path: Path) -> None:
     prepared = tmp_path / "aime_reference.parquet"
     rl.prepare(AIME25, prepared, limit=2)  # the reference profile's wording
     assert len(load_problems([prepared])) == 2
-    with pytest.raises(EvalError, match="row 0: the prompt has the verl_retool wording but this evaluation uses "
-                                        "qwen_boxed"):
+    with pytest.raises(
+        EvalError, match="row 0: the prompt has the verl_retool wording but this evaluation uses qwen_boxed"
+    ):
         load_problems([prepared], prompt_style="qwen_boxed")
     # hand-made rows in neither wording are evaluated as they are
     assert len(load_problems([rl_rows(tmp_path / "own.parquet", [row("a")])], prompt_style="qwen_boxed")) == 1

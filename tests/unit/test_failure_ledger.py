@@ -7,8 +7,17 @@ from retool.failures.ledger import FailureLedger
 
 
 def event(cause: str = "reward_error", uid: str = "u1", session: int = 0, partition: str = "train") -> dict:
-    return {"partition": partition, "kind": "lost", "cause": cause, "uid": uid, "session": session, "step": 3,
-            "detail": "ValueError: boom", "traceback": "Traceback\nValueError: boom", "configuration": False}
+    return {
+        "partition": partition,
+        "kind": "lost",
+        "cause": cause,
+        "uid": uid,
+        "session": session,
+        "step": 3,
+        "detail": "ValueError: boom",
+        "traceback": "Traceback\nValueError: boom",
+        "configuration": False,
+    }
 
 
 def test_a_drain_hands_over_each_event_once_with_one_traceback_per_cause():
@@ -19,7 +28,11 @@ def test_a_drain_hands_over_each_event_once_with_one_traceback_per_cause():
     ledger.record(event(partition="val"))
     drained = ledger.drain("train")
     assert [(e["cause"], e["session"]) for e in drained["events"]] == [
-        ("reward_error", 0), ("reward_error", 1), ("reward_error", 2), ("agent_loop_error", 0)]
+        ("reward_error", 0),
+        ("reward_error", 1),
+        ("reward_error", 2),
+        ("agent_loop_error", 0),
+    ]
     assert [bool(e["traceback"]) for e in drained["events"]] == [True, False, False, True]
     assert ledger.drain("train")["events"] == []  # handed over once
     assert len(ledger.drain("val")["events"]) == 1  # partitions apart

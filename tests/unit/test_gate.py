@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from retool.sandbox_gate import (ACCEPT_VARIABLE, GRACE_VARIABLE, RESTART_GRACE_S, isolation_verdict, main,
-                                 restart_grace_s, sandbox_verdict)
+from retool.sandbox_gate import (
+    ACCEPT_VARIABLE,
+    GRACE_VARIABLE,
+    RESTART_GRACE_S,
+    isolation_verdict,
+    main,
+    restart_grace_s,
+    sandbox_verdict,
+)
 from retool_sandbox.spawn import running_sandbox
 
 

@@ -73,12 +73,14 @@ def _handle(engine, command: str, args: list):
         engine.init_process_group(**args[0])
         return "ok"
     if command == "receive":
+
         async def receive():
             return {name: tensor.clone() async for name, tensor in engine.receive_weights()}
 
         received, expected = asyncio.run(receive()), dict(weights(args[0]))
         return sorted(received) == sorted(expected) and all(
-            received[n].dtype == expected[n].dtype and torch.equal(received[n], expected[n]) for n in expected)
+            received[n].dtype == expected[n].dtype and torch.equal(received[n], expected[n]) for n in expected
+        )
     if command == "finalize":
         engine.finalize()
         return "ok"
@@ -90,7 +92,7 @@ def _address(hex_address: str) -> str:
     if len(raw) == 4:
         return socket.inet_ntop(socket.AF_INET, raw[::-1])
     # /proc/net/tcp6 writes each 32-bit word of the address in host (little-endian) order
-    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
 
 
 def listening(pid: int) -> set[tuple[str, int]]:
@@ -215,9 +217,15 @@ def test_a_foreign_client_cannot_make_a_rollout_worker_run_code_or_take_other_we
     assert control.exists(), "the payload is not live: this test would prove nothing"
 
     marker = tmp_path / "marker"
-    forged_layout = {"index": 0, "length": 8, "sha256": "0" * 64, "is_last": True,
-                     "tensors": [{"name": "embed.weight", "dtype": "float32", "shape": [2], "chunk_offset": 0,
-                                  "chunk_size": 8, "offset": 0}]}
+    forged_layout = {
+        "index": 0,
+        "length": 8,
+        "sha256": "0" * 64,
+        "is_last": True,
+        "tensors": [
+            {"name": "embed.weight", "dtype": "float32", "shape": [2], "chunk_offset": 0, "chunk_size": 8, "offset": 0}
+        ],
+    }
     forgeries = {
         "an unsigned pickle": pickle.dumps(Exploit(str(marker))),
         "a pickle behind 32 bytes": bytes(32) + pickle.dumps(Exploit(str(marker))),
@@ -228,8 +236,9 @@ def test_a_foreign_client_cannot_make_a_rollout_worker_run_code_or_take_other_we
         _foreign_store(master).set("bucket/0", blob)  # before the trainer writes: the receivers read this one
         cluster.tell([("receive", 1)] * 2)
         answers = cluster.answers()
-        assert all("WeightSyncRejected" in str(a) and "not signed with this sync's key" in str(a) for a in answers), \
+        assert all("WeightSyncRejected" in str(a) and "not signed with this sync's key" in str(a) for a in answers), (
             f"{label}: {answers}"
+        )
         assert not marker.exists(), f"{label}: a rollout worker ran the attacker's code"
         cluster.close_sync()
 
@@ -255,17 +264,25 @@ def test_the_layout_is_validated_after_its_signature():
     from retool.platform.gloo_checkpoint_engine import WeightSyncRejected, open_layout, seal
 
     key = b"s" * 32
-    good = {"index": 0, "length": 64, "sha256": "0" * 64, "is_last": False,
-            "tensors": [{"name": "w", "dtype": "bfloat16", "shape": [2, 3], "chunk_offset": 0, "chunk_size": 12,
-                         "offset": 0}]}
+    good = {
+        "index": 0,
+        "length": 64,
+        "sha256": "0" * 64,
+        "is_last": False,
+        "tensors": [
+            {"name": "w", "dtype": "bfloat16", "shape": [2, 3], "chunk_offset": 0, "chunk_size": 12, "offset": 0}
+        ],
+    }
     layout = open_layout(key, seal(key, good), 0, BUCKET, "test")
     meta = layout["metas"][0]
     assert (meta.name, meta.dtype, meta.shape, meta.chunk_size) == ("w", torch.bfloat16, torch.Size([2, 3]), 12)
 
     entry = good["tensors"][0]
     bad = {
-        "a dtype that is an expression": (dict(good, tensors=[dict(entry, dtype="__import__('os').system")]),
-                                          "is not one of"),
+        "a dtype that is an expression": (
+            dict(good, tensors=[dict(entry, dtype="__import__('os').system")]),
+            "is not one of",
+        ),
         "bytes past the bucket": (dict(good, tensors=[dict(entry, offset=60)]), "do not fit"),
         "more bytes than the tensor has": (dict(good, tensors=[dict(entry, chunk_size=14)]), "do not fit"),
         "an offset a bfloat16 cannot start at": (dict(good, tensors=[dict(entry, offset=1)]), "do not fit"),

@@ -51,7 +51,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(node: str, path: list[str]) -> None:
         for nxt in sorted(graph[node]):
             if nxt in path:
-                found.append(path[path.index(nxt):] + [nxt])
+                found.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in done:
                 visit(nxt, path + [nxt])
         done.add(node)
@@ -75,8 +75,9 @@ def test_a_circle_hidden_in_a_function_is_found(tmp_path: Path) -> None:
     (package / "data" / "__init__.py").write_text("")
     (package / "profiles.py").write_text("def check():\n    from retool.data.sft import load\n    return load()\n")
     (package / "data" / "sft.py").write_text("from retool.profiles import check\n\ndef load():\n    return 1\n")
-    (package / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                      "    from retool.profiles import check\n")
+    (package / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from retool.profiles import check\n"
+    )
     assert circles(import_graph(tmp_path)) == [["retool.data.sft", "retool.profiles", "retool.data.sft"]]
 
 
@@ -89,8 +90,16 @@ def test_the_sandbox_package_has_no_circle_and_imports_nothing_of_the_recipe() -
     offenders = []
     for path in sorted((root / "retool_sandbox").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            offenders += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in names
-                          if name.split(".")[0] in ("retool", "verl")]
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            offenders += [
+                f"{path.relative_to(REPO)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] in ("retool", "verl")
+            ]
     assert not offenders, offenders

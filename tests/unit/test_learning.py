@@ -12,8 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from retool.learning import (LearningDataError, grpo_advantages, main, paired_change, report, t_quantile,
-                             tool_credit, training_curve, validation_changes)
+from retool.learning import (
+    LearningDataError,
+    grpo_advantages,
+    main,
+    paired_change,
+    report,
+    t_quantile,
+    tool_credit,
+    training_curve,
+    validation_changes,
+)
 
 PROMPTS = [f"What is {i} * 7?" for i in range(12)]
 
@@ -24,8 +33,15 @@ def rendered(question: str) -> str:
 
 def record(question: str, used_tool: float, acc: float, score: float | None = None) -> dict:
     output = ("<tool_call>{}</tool_call>user\n<tool_response>\n7\n</tool_response>" if used_tool else "") + "\\boxed{7}"
-    return {"input": rendered(question), "output": output, "gts": "7", "step": 0, "used_tool": used_tool,
-            "acc": acc, "score": score if score is not None else (1.0 if acc else -1.0) - (0 if used_tool else 0.4)}
+    return {
+        "input": rendered(question),
+        "output": output,
+        "gts": "7",
+        "step": 0,
+        "used_tool": used_tool,
+        "acc": acc,
+        "score": score if score is not None else (1.0 if acc else -1.0) - (0 if used_tool else 0.4),
+    }
 
 
 def write_dump(folder: Path, step: int, records: list[dict]) -> None:
@@ -65,7 +81,7 @@ def test_interval_is_student_t_on_prompt_differences():
     change = paired_change(before, after, "used_tool")
     # diffs 1, 0, 1: mean 2/3, sd 0.57735, t(2) = 4.303 -> half width 1.4343
     assert change.delta == pytest.approx(2 / 3)
-    assert change.high - change.delta == pytest.approx(4.303 * 0.57735 / 3 ** 0.5, rel=1e-4)
+    assert change.high - change.delta == pytest.approx(4.303 * 0.57735 / 3**0.5, rel=1e-4)
 
 
 @pytest.mark.parametrize("prompts", [2, 5, 21, 64, 200])
@@ -113,8 +129,10 @@ def test_a_validation_file_narrows_a_multi_set_dump(tmp_path):
     write_dump(folder, 0, aime + [record(q, 0.0, 0.0) for q in PROMPTS])
     write_dump(folder, 5, aime + [record(q, 1.0, 1.0) for q in PROMPTS])
     val_file = tmp_path / "synthetic.parquet"
-    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}]
-                                        for q in PROMPTS]}), val_file)
+    pq.write_table(
+        pa.table({"prompt": [[{"role": "user", "content": f"{q}\n\nPlease reason step by step."}] for q in PROMPTS]}),
+        val_file,
+    )
     result = report(folder, val_file=val_file)
     assert result["changes"]["acc"]["prompts"] == 12 and result["changes"]["acc"]["delta"] == pytest.approx(1.0)
     assert report(folder)["changes"]["acc"]["prompts"] == 13  # without the file, AIME is mixed in
@@ -142,21 +160,47 @@ def test_cli_prints_the_verdicts_and_writes_json(tmp_path, capsys):
 
 def trained(group: str, sample: int, used_tool: float, answer: str, truth: str = "7", reply: str = "7") -> dict:
     """A training-dump record of verl's v1 trainer: key <uid>_<session>_<output>, the reward's fields."""
-    output = (f"<tool_call>{{}}</tool_call>user\n<tool_response>\n{reply}\n</tool_response>assistant\n"
-              if used_tool else "") + f"\\boxed{{{answer}}}"
+    output = (
+        f"<tool_call>{{}}</tool_call>user\n<tool_response>\n{reply}\n</tool_response>assistant\n" if used_tool else ""
+    ) + f"\\boxed{{{answer}}}"
     right = float(answer == truth)
-    return {"input": rendered(f"What is {group}?"), "output": output, "uid": f"{group}_{sample}_0", "pred": answer,
-            "gts": truth, "used_tool": used_tool, "acc": right, "has_answer": 1.0, "score": 1.0 if right else -1.0}
+    return {
+        "input": rendered(f"What is {group}?"),
+        "output": output,
+        "uid": f"{group}_{sample}_0",
+        "pred": answer,
+        "gts": truth,
+        "used_tool": used_tool,
+        "acc": right,
+        "has_answer": 1.0,
+        "score": 1.0 if right else -1.0,
+    }
 
 
 def test_tool_credit_counts_only_groups_with_reward_variance_and_who_won_them(tmp_path):
     # step 1: group a's right answer used the tool (copied from a reply of 7); group b all wrong (advantage 0)
     # step 2: group c's right answer came without the tool; the reply 6 was changed into the right 7 in group d
-    write_dump(tmp_path, 1, [trained("a", 0, 1.0, "7"), trained("a", 1, 1.0, "8"), trained("a", 2, 0.0, "5"),
-                             trained("a", 3, 0.0, "5"), *(trained("b", k, float(k % 2), "9") for k in range(4))])
-    write_dump(tmp_path, 2, [trained("c", 0, 0.0, "7"), *(trained("c", k, 1.0, "9") for k in (1, 2, 3)),
-                             trained("d", 0, 1.0, "7", reply="6"), *(trained("d", k, 1.0, "6", reply="6")
-                                                                     for k in (1, 2, 3))])
+    write_dump(
+        tmp_path,
+        1,
+        [
+            trained("a", 0, 1.0, "7"),
+            trained("a", 1, 1.0, "8"),
+            trained("a", 2, 0.0, "5"),
+            trained("a", 3, 0.0, "5"),
+            *(trained("b", k, float(k % 2), "9") for k in range(4)),
+        ],
+    )
+    write_dump(
+        tmp_path,
+        2,
+        [
+            trained("c", 0, 0.0, "7"),
+            *(trained("c", k, 1.0, "9") for k in (1, 2, 3)),
+            trained("d", 0, 1.0, "7", reply="6"),
+            *(trained("d", k, 1.0, "6", reply="6") for k in (1, 2, 3)),
+        ],
+    )
     credit = tool_credit(tmp_path)
     first, second = credit["steps"][1], credit["steps"][2]
     # group a: scores (1, -1, -1, -1) -> advantages (1.5, -0.5, -0.5, -0.5); tool samples 1.5 - 0.5 = +1 over 8

@@ -80,8 +80,14 @@ def test_pass_ks() -> None:
 
 
 def _record(pid: str, correct: bool, pred: str | None, turns: int, calls: int, errors: int) -> dict:
-    return {"problem_id": pid, "correct": correct, "pred": pred, "num_turns": turns,
-            "tool_calls": calls, "tool_errors": errors}
+    return {
+        "problem_id": pid,
+        "correct": correct,
+        "pred": pred,
+        "num_turns": turns,
+        "tool_calls": calls,
+        "tool_errors": errors,
+    }
 
 
 def test_summarize_known_values() -> None:
@@ -105,8 +111,15 @@ def test_summarize_known_values() -> None:
     assert m["tool_calls/per_answer"] == pytest.approx(5 / 8)
     assert m["tool/success_rate"] == pytest.approx(3 / 5)
     assert m["answered/rate"] == pytest.approx(7 / 8)
-    assert m["counts"] == {"problems": 2, "samples": 8, "n": 4, "correct": 3, "tool_calls": 5,
-                           "tool_errors": 2, "samples_with_tool_call": 4}
+    assert m["counts"] == {
+        "problems": 2,
+        "samples": 8,
+        "n": 4,
+        "correct": 3,
+        "tool_calls": 5,
+        "tool_errors": 2,
+        "samples_with_tool_call": 4,
+    }
 
 
 def test_summarize_without_tool_calls_has_no_success_rate() -> None:
@@ -118,8 +131,9 @@ def test_summarize_without_tool_calls_has_no_success_rate() -> None:
 
 def test_summarize_rejects_uneven_or_incomplete_records() -> None:
     with pytest.raises(ValueError, match="different sample counts"):
-        summarize([_record("a", True, "1", 2, 0, 0), _record("a", True, "1", 2, 0, 0),
-                   _record("b", True, "1", 2, 0, 0)])
+        summarize(
+            [_record("a", True, "1", 2, 0, 0), _record("a", True, "1", 2, 0, 0), _record("b", True, "1", 2, 0, 0)]
+        )
     with pytest.raises(ValueError, match=r"sample #0 lacks keys \['pred'\]"):
         summarize([{"problem_id": "a", "correct": True, "num_turns": 2, "tool_calls": 0, "tool_errors": 0}])
     with pytest.raises(ValueError, match="no samples"):

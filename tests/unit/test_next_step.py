@@ -72,7 +72,9 @@ def test_a_shakedown_goes_on_in_its_own_folder_then_to_its_checklist(tmp_path, c
     monkeypatch.delenv("DEVICE", raising=False)
     run_dir = run_folder(tmp_path, "sft", 5)
     assert main(["sft", str(run_dir)]) == 0
-    assert (f"SHAKEDOWN=1 RUN_DIR={run_dir} PROFILE=reference MODEL_PATH={run_dir / 'sft_merged'} "
-            "./run_qwen3_4b_dapo_npu.sh") in capsys.readouterr().out
+    assert (
+        f"SHAKEDOWN=1 RUN_DIR={run_dir} PROFILE=reference MODEL_PATH={run_dir / 'sft_merged'} "
+        "./run_qwen3_4b_dapo_npu.sh"
+    ) in capsys.readouterr().out
     assert main(["rl", str(run_folder(tmp_path, "rl", 2))]) == 0
     assert f"retool-shakedown {tmp_path / 'rl'}" in capsys.readouterr().out

@@ -25,8 +25,15 @@ from retool.checklist import FAIL, OK, Check
 from retool.constants import REPO_ROOT
 from retool.node_check import Expected, check_node
 from retool.sandbox_gate import GRACE_VARIABLE
-from retool.node_files import (MARKER_PREFIX, SAME_CLONE, Files, UnwritableFolder, check_files, package_files,
-                               shared_markers)
+from retool.node_files import (
+    MARKER_PREFIX,
+    SAME_CLONE,
+    Files,
+    UnwritableFolder,
+    check_files,
+    package_files,
+    shared_markers,
+)
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
@@ -49,17 +56,41 @@ def ray_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def config(tmp_path: Path, ray_dir: str, sandbox_url: str, nnodes: int = 1, path: Path | None = None,
-           runtime_env: dict | None = None) -> Path:
+def config(
+    tmp_path: Path,
+    ray_dir: str,
+    sandbox_url: str,
+    nnodes: int = 1,
+    path: Path | None = None,
+    runtime_env: dict | None = None,
+) -> Path:
     """A resolved RL config as the launcher writes it, reduced to what the check reads; no Ray cluster to join."""
-    cfg = {"trainer": {"device": "cpu", "nnodes": nnodes, "n_gpus_per_node": 1,
-                       "default_local_dir": str(tmp_path / "checkpoints")},
-           "actor_rollout_ref": {"rollout": {"multi_turn": {"tool_config_path": str(REPO_ROOT / "configs" /
-                                                                                     "tool.yaml")}}},
-           "ray_kwargs": {"ray_init": {"num_cpus": 2, "include_dashboard": False, "_temp_dir": ray_dir,
-                                       "runtime_env": {"env_vars": {
-                                           "RETOOL_SANDBOX_URL": sandbox_url, "TENSORBOARD_DIR": str(tmp_path / "tb"),
-                                           "VERL_PLATFORM": "cpu"}, **(runtime_env or {})}}}}
+    cfg = {
+        "trainer": {
+            "device": "cpu",
+            "nnodes": nnodes,
+            "n_gpus_per_node": 1,
+            "default_local_dir": str(tmp_path / "checkpoints"),
+        },
+        "actor_rollout_ref": {
+            "rollout": {"multi_turn": {"tool_config_path": str(REPO_ROOT / "configs" / "tool.yaml")}}
+        },
+        "ray_kwargs": {
+            "ray_init": {
+                "num_cpus": 2,
+                "include_dashboard": False,
+                "_temp_dir": ray_dir,
+                "runtime_env": {
+                    "env_vars": {
+                        "RETOOL_SANDBOX_URL": sandbox_url,
+                        "TENSORBOARD_DIR": str(tmp_path / "tb"),
+                        "VERL_PLATFORM": "cpu",
+                    },
+                    **(runtime_env or {}),
+                },
+            }
+        },
+    }
     path = path or tmp_path / "rl.resolved.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
@@ -67,12 +98,19 @@ def config(tmp_path: Path, ray_dir: str, sandbox_url: str, nnodes: int = 1, path
 
 
 def node_check(path: Path, **env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items()
-            if k not in ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL",
-                         "RETOOL_ACCEPT_WEAK_ISOLATION")}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "RETOOL_SANDBOX_URL", "RETOOL_NODE_SANDBOX_URL", "RETOOL_ACCEPT_WEAK_ISOLATION")
+    }
     full[GRACE_VARIABLE] = "2"  # a dead port is waited for 2 s, not 30 (the wait itself: test_keep_sandbox_up.py)
-    return subprocess.run([sys.executable, "-m", "retool.node_check", "--config", str(path)], env={**full, **env},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "retool.node_check", "--config", str(path)],
+        env={**full, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_check_calls_the_sandbox_the_workers_will_call_not_the_shell_s(tmp_path, ray_dir):
@@ -94,8 +132,10 @@ def test_the_check_calls_the_sandbox_the_workers_will_call_not_the_shell_s(tmp_p
     assert refused.returncode == 1
     assert f"[FAIL] node {HOST}: " in refused.stderr and "error: the node check failed before step 1" in refused.stderr
     assert f"sandbox {url}/run_code (from RETOOL_SANDBOX_URL of the launch)" in refused.stderr  # not the shell's
-    assert "does not answer GET /v1/ping" in refused.stderr and "start `retool-sandbox serve` on that node" in \
-        refused.stderr
+    assert (
+        "does not answer GET /v1/ping" in refused.stderr
+        and "start `retool-sandbox serve` on that node" in refused.stderr
+    )
 
 
 def test_a_node_s_own_sandbox_url_wins_and_is_named(tmp_path, ray_dir):
@@ -115,8 +155,7 @@ def test_a_weak_sandbox_is_refused_unless_the_launch_accepts_it(tmp_path, ray_di
         refused = node_check(path)
         accepted = node_check(path, RETOOL_ACCEPT_WEAK_ISOLATION="1")
     assert refused.returncode == 1 and "isolation 'rlimit'" in refused.stderr and "bubblewrap" in refused.stderr
-    assert accepted.returncode == 0 and "accepted by RETOOL_ACCEPT_WEAK_ISOLATION=1; ran print(6*7)" in \
-        accepted.stderr
+    assert accepted.returncode == 0 and "accepted by RETOOL_ACCEPT_WEAK_ISOLATION=1; ran print(6*7)" in accepted.stderr
 
 
 def test_several_nodes_without_a_cluster_stop_before_verl_starts_a_lonely_one(tmp_path, ray_dir):
@@ -128,8 +167,12 @@ def test_several_nodes_without_a_cluster_stop_before_verl_starts_a_lonely_one(tm
 
 def test_a_worker_environment_other_than_the_launch_s_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "120")
-    expected = Expected(tool_config=str(tmp_path / "missing.yaml"), device="npu", accept_weak=False,
-                        env_vars={"HCCL_CONNECT_TIMEOUT": "1500", "TASK_QUEUE_ENABLE": "1"})
+    expected = Expected(
+        tool_config=str(tmp_path / "missing.yaml"),
+        device="npu",
+        accept_weak=False,
+        env_vars={"HCCL_CONNECT_TIMEOUT": "1500", "TASK_QUEUE_ENABLE": "1"},
+    )
     result = check_node(expected, "10.0.0.7")
     assert result.name == "node 10.0.0.7" and result.status == FAIL
     env, tool = result.details  # nothing passed: the environment and the tool config both fail
@@ -156,15 +199,31 @@ def test_the_environment_compared_is_the_one_a_ray_worker_received(tmp_path, ray
         proc = node_check(path, PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]))
     assert proc.returncode == 1, proc.stderr
     assert f"[FAIL] node {HOST}: the worker environment differs from the launch's" in proc.stderr
-    assert (f"the worker environment differs from the launch's: TENSORBOARD_DIR=None (launched with "
-            f"'{tmp_path / 'tb'}')") in proc.stderr
+    assert (
+        f"the worker environment differs from the launch's: TENSORBOARD_DIR=None (launched with '{tmp_path / 'tb'}')"
+    ) in proc.stderr
     assert "worker_process_setup_hook" in proc.stderr  # the fix names where such a change comes from
     assert "RETOOL_SANDBOX_URL=" not in proc.stderr  # the variables the worker did get are not named
 
 
 def resume(run_dir: Path, new_config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "retool.resume", "prepare", "--stage", "rl", "--run-dir", str(run_dir),
-                           "--new-config", str(new_config)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "retool.resume",
+            "prepare",
+            "--stage",
+            "rl",
+            "--run-dir",
+            str(run_dir),
+            "--new-config",
+            str(new_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_resume_whose_new_sandbox_url_a_node_s_own_url_overrides_says_so(tmp_path, ray_dir):
@@ -183,18 +242,21 @@ def test_a_resume_whose_new_sandbox_url_a_node_s_own_url_overrides_says_so(tmp_p
         overridden = node_check(run_dir / "rl.resolved.yaml", RETOOL_NODE_SANDBOX_URL=node_own + "/run_code")
 
     assert plain.returncode == 0, plain.stderr
-    assert (f"sandbox {new}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
-            f"saved config's {old})") in plain.stderr
+    assert (
+        f"sandbox {new}/run_code (from RETOOL_SANDBOX_URL of the launch, which the resume put in place of the "
+        f"saved config's {old})"
+    ) in plain.stderr
     assert "[WARN]" not in plain.stderr
 
     assert overridden.returncode == 0, overridden.stderr  # the node's own sandbox works: only the warning tells
-    assert f"sandbox {node_own}/run_code (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in \
-        overridden.stderr
+    assert f"sandbox {node_own}/run_code (from RETOOL_NODE_SANDBOX_URL of this node's environment)" in overridden.stderr
     assert f"[WARN] node {HOST}: " in overridden.stderr
     (warning,) = [line.strip() for line in overridden.stderr.splitlines() if "this resume moved" in line]
-    assert warning.startswith(f"this resume moved the sandbox to {new}/run_code "
-                              f"(RETOOL_SANDBOX_URL={new}/run_code; the run before it had RETOOL_SANDBOX_URL={old}), "
-                              f"but this node's own RETOOL_NODE_SANDBOX_URL={node_own}/run_code overrides it")
+    assert warning.startswith(
+        f"this resume moved the sandbox to {new}/run_code "
+        f"(RETOOL_SANDBOX_URL={new}/run_code; the run before it had RETOOL_SANDBOX_URL={old}), "
+        f"but this node's own RETOOL_NODE_SANDBOX_URL={node_own}/run_code overrides it"
+    )
     assert "unset RETOOL_NODE_SANDBOX_URL" in warning and "`ray start`" in warning
 
 
@@ -209,13 +271,18 @@ def test_a_node_that_sees_other_files_than_the_launching_host_is_told_which(tmp_
         same = Check(OK, "node a")
         check_files(Files(here, shared, str(model)), same)
         (retool_dir, _), (verl_dir, verl_digest) = here["retool"], here["verl"]
-        other = {**here, "retool": (retool_dir, "0" * 64), "verl": ("/opt/other/verl", verl_digest),
-                 "retool_sandbox": None}  # the launching host lacks it: nothing to compare
+        other = {
+            **here,
+            "retool": (retool_dir, "0" * 64),
+            "verl": ("/opt/other/verl", verl_digest),
+            "retool_sandbox": None,
+        }  # the launching host lacks it: nothing to compare
         unshared = {**shared, str(tmp_path / "elsewhere"): next(iter(shared.values()))}
         different = Check(OK, "node b")
         check_files(Files(other, unshared, str(tmp_path / "no-model")), different)
-    assert same.status == OK and same.details == ["the recipe and verl as on the launching host (same paths, same "
-                                                  "files); the run folder shared; the model found"]
+    assert same.status == OK and same.details == [
+        "the recipe and verl as on the launching host (same paths, same files); the run folder shared; the model found"
+    ]
     assert different.status == FAIL and len(different.details) == 4, different.details
     commit, path, folder, missing = different.details
     assert commit.startswith(f"retool at {retool_dir} holds other files than on the launching host (another commit")
@@ -232,7 +299,8 @@ def test_a_node_whose_verl_differs_in_its_files_is_told_it_is_another_release_or
     check_files(Files({"verl": (verl_dir, "f" * 64)}, {}, None), patched)
     assert patched.status == FAIL and patched.details == [
         f"verl at {verl_dir} holds other files than on the launching host (another verl release or patch set). "
-        f"{SAME_CLONE}"]
+        f"{SAME_CLONE}"
+    ]
 
 
 def test_a_run_folder_the_launching_host_cannot_write_names_it(tmp_path):

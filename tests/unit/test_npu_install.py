@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from retool.npu_install import (IMAGE_STACK, StackGuardError, canonical, changes, constraints_text, install,
-                                installed_versions, planned_changes)
+from retool.npu_install import (
+    IMAGE_STACK,
+    StackGuardError,
+    canonical,
+    changes,
+    constraints_text,
+    install,
+    installed_versions,
+    planned_changes,
+)
 
 IMAGE = {"torch": "2.10.0+cpu", "torch-npu": "2.10.0.post4", "vllm": "0.23.0+empty", "vllm-ascend": "0.23.0"}
 
@@ -28,9 +36,13 @@ def test_a_changed_or_removed_stack_package_is_named() -> None:
 
 
 def test_a_pip_plan_that_installs_a_stack_package_is_caught_under_any_spelling() -> None:
-    report = {"install": [{"metadata": {"name": "transformers", "version": "5.10.4"}},
-                          {"metadata": {"name": "torch_npu", "version": "2.11.0"}},
-                          {"metadata": {"name": "Torch", "version": "2.11.0"}}]}
+    report = {
+        "install": [
+            {"metadata": {"name": "transformers", "version": "5.10.4"}},
+            {"metadata": {"name": "torch_npu", "version": "2.11.0"}},
+            {"metadata": {"name": "Torch", "version": "2.11.0"}},
+        ]
+    }
     assert planned_changes(report, IMAGE) == ["torch-npu 2.10.0.post4 -> 2.11.0", "torch 2.10.0+cpu -> 2.11.0"]
     assert planned_changes({"install": report["install"][:1]}, IMAGE) == []
     assert canonical("Torch_NPU") == "torch-npu" and set(map(canonical, IMAGE_STACK)) == set(IMAGE_STACK)
@@ -46,7 +58,15 @@ def test_versions_are_read_from_the_target_interpreter() -> None:
 def test_outside_the_image_it_refuses_before_running_pip(tmp_path: Path) -> None:
     constraints = tmp_path / "c.txt"
     with pytest.raises(StackGuardError, match=r"no torch-npu.*not the vllm-ascend image") as caught:
-        install(sys.executable, None, ["six"], constraints, dry_run=True, with_verl=False, verl_source="sdist",
-                allow_missing=False)
+        install(
+            sys.executable,
+            None,
+            ["six"],
+            constraints,
+            dry_run=True,
+            with_verl=False,
+            verl_source="sdist",
+            allow_missing=False,
+        )
     assert "--allow-missing" in str(caught.value)
     assert not constraints.exists()  # stopped before writing or installing anything

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.verl
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("VERL_")}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**base, **env}, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_verl_loads_the_platform_through_its_plugin_hook():
@@ -27,7 +28,8 @@ def test_verl_loads_the_platform_through_its_plugin_hook():
         t = torch.zeros(2).to(get_device_id())
         print(t.device, get_torch_device().get_device_name())
         """,
-        VERL_USE_EXTERNAL_MODULES="retool.platform.cpu", VERL_PLATFORM="cpu",
+        VERL_USE_EXTERNAL_MODULES="retool.platform.cpu",
+        VERL_PLATFORM="cpu",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["cpu gloo cpu:0", "cpu CPU"]

@@ -17,7 +17,7 @@ from retool.failures.preflight import reward_manager_problems
 pytestmark = pytest.mark.verl
 
 VERL_MANAGERS = "pkg://verl.experimental.reward_loop.reward_manager"
-OWN_MANAGER = '''
+OWN_MANAGER = """
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 
@@ -34,15 +34,19 @@ class {name}(RewardManagerBase):
                                     ground_truth=item.non_tensor_batch["reward_model"]["ground_truth"],
                                     extra_info=extra)
         return {{"reward_score": result["score"], "reward_extra_info": result}}
-'''
+"""
 
 
 def probe_config(name: str, path: str) -> dict:
     return {
-        "reward": {"reward_manager": {"source": "importlib", "name": name, "module": {"path": path, "name": None}},
-                   "custom_reward_function": {"path": "pkg://retool.reward", "name": "compute_score",
-                                              "reward_kwargs": {"tool_shaping": "no_tool_penalty",
-                                                                "answer_match": "strict_box"}}},
+        "reward": {
+            "reward_manager": {"source": "importlib", "name": name, "module": {"path": path, "name": None}},
+            "custom_reward_function": {
+                "path": "pkg://retool.reward",
+                "name": "compute_score",
+                "reward_kwargs": {"tool_shaping": "no_tool_penalty", "answer_match": "strict_box"},
+            },
+        },
         "actor_rollout_ref": {"model": {"path": str(REPO_ROOT / "assets" / "smoke_model"), "tokenizer_path": None}},
     }
 
@@ -56,8 +60,10 @@ def own_manager(tmp_path, name: str, forwards_turns: bool) -> dict:
 
 def test_verl_s_dapo_manager_loaded_as_a_custom_one_is_refused_with_its_name_and_the_fix():
     (problem,) = reward_manager_problems(probe_config("DAPORewardManager", f"{VERL_MANAGERS}.dapo"))
-    assert problem.startswith(f"reward.reward_manager 'DAPORewardManager' (source: importlib, module.path: "
-                              f"{VERL_MANAGERS}.dapo) passed the reward function an extra_info without num_turns")
+    assert problem.startswith(
+        f"reward.reward_manager 'DAPORewardManager' (source: importlib, module.path: "
+        f"{VERL_MANAGERS}.dapo) passed the reward function an extra_info without num_turns"
+    )
     assert "on a synthetic trajectory of two tool rounds (__num_turns__=6)" in problem
     assert "every trajectory would fail with MissingNumTurns" in problem
     assert "extra_info['num_turns']" in problem and "name=naive" in problem
@@ -70,15 +76,18 @@ def test_verl_s_naive_manager_loaded_as_a_custom_one_passes():
 def test_a_manager_of_one_s_own_passes_only_when_it_forwards_num_turns(tmp_path):
     assert reward_manager_problems(own_manager(tmp_path, "KeepsTurns", forwards_turns=True)) == []
     (problem,) = reward_manager_problems(own_manager(tmp_path, "DropsTurns", forwards_turns=False))
-    assert problem.startswith("reward.reward_manager 'DropsTurns' (source: importlib, module.path: "
-                              f"{tmp_path / 'dropsturns.py'}) passed the reward function an extra_info without "
-                              "num_turns (keys ['index', 'split'])")
+    assert problem.startswith(
+        "reward.reward_manager 'DropsTurns' (source: importlib, module.path: "
+        f"{tmp_path / 'dropsturns.py'}) passed the reward function an extra_info without "
+        "num_turns (keys ['index', 'split'])"
+    )
 
 
 def test_a_manager_that_never_calls_the_reward_or_cannot_load_is_named(tmp_path):
     silent = tmp_path / "silent.py"
-    silent.write_text(OWN_MANAGER.format(name="Silent", turns_line="return {'reward_score': 0.0, "
-                                                                    "'reward_extra_info': {}}"))
+    silent.write_text(
+        OWN_MANAGER.format(name="Silent", turns_line="return {'reward_score': 0.0, 'reward_extra_info': {}}")
+    )
     (problem,) = reward_manager_problems(probe_config("Silent", str(silent)))
     assert "'Silent'" in problem and "did not call the reward function" in problem
     (problem,) = reward_manager_problems(probe_config("Missing", str(silent)))

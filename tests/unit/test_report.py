@@ -55,9 +55,11 @@ RL_CURVES: dict[str, list[tuple[int, float]]] = {
     "val-aux/synthetic_arith/tool_ok/mean@4": validation([0.0, 0.5, 2.0]),
     "val-aux/aime_2025/tool_error/mean@4": validation([1.0, 0.75, 1.0]),
     "val-aux/synthetic_arith/tool_error/mean@4": validation([0.0, 0.5, 0.0]),
-    **{f"val-aux/{source}/{key}/mean@4": validation([0.0, 0.0, 0.0])
-       for source in ("aime_2025", "synthetic_arith")
-       for key in ("tool_timeout", "tool_unavailable", "tool_truncated")},
+    **{
+        f"val-aux/{source}/{key}/mean@4": validation([0.0, 0.0, 0.0])
+        for source in ("aime_2025", "synthetic_arith")
+        for key in ("tool_timeout", "tool_unavailable", "tool_truncated")
+    },
     "val-aux/aime_2025/tool_rounds/mean@4": validation([1.0, 1.5, 2.0]),
     "val-aux/aime_2025/score/mean@4": validation([-1.0, -0.5, -0.75]),
     "val-aux/synthetic_arith/score/mean@4": validation([-1.2, -1.0, -0.8]),
@@ -72,8 +74,10 @@ RL_CURVES: dict[str, list[tuple[int, float]]] = {
     "failures/share": training([0.0] * 5 + [0.0625] + [0.0] * 6),
     "val-failures/share": validation([0.0, 0.0, 0.0]),
     "failures/total/tool_exception": training([0.0] * 5 + [2.0] + [0.0] * 6),
-    **{f"failures/total/{cause}": training([0.0] * 12)
-       for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")},
+    **{
+        f"failures/total/{cause}": training([0.0] * 12)
+        for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")
+    },
     # an async trainer mode: one model version behind after step 1, a trajectory resumed across an update at step 4
     "training/off_policy/trajectory_staleness/mean": training([0.0] + [1.0] * 11),
     "training/off_policy/trajectory_staleness/max": training([0.0] + [1.0] * 11),
@@ -147,8 +151,16 @@ def check_png(path: Path) -> None:
 def test_one_png_per_question_named_stably(report: tuple[dict, Path]) -> None:
     content, out = report
     names = [p["name"] for p in content["panels"]]
-    assert names == ["accuracy", "tools", "num_turns", "reward", "response_length", "failures", "off_policy",
-                     "sft_loss"]
+    assert names == [
+        "accuracy",
+        "tools",
+        "num_turns",
+        "reward",
+        "response_length",
+        "failures",
+        "off_policy",
+        "sft_loss",
+    ]
     md = (out / "report.md").read_text()
     for name in names:
         check_png(out / f"{name}.png")
@@ -163,18 +175,33 @@ def test_panels_hold_the_series_of_their_question(figures: dict) -> None:
 
     assert tags("accuracy") == [["val-core/aime_2025/acc/mean@4", "val-core/synthetic_arith/acc/mean@4"]]
     assert [p.title for p in figures["tools"][0]] == ["aime_2025", "synthetic_arith"]  # one axes per data source
-    assert tags("tools")[0][:3] == ["val-aux/aime_2025/used_tool/mean@4",
-                                    "val-aux/aime_2025/tool_ok/mean@4 / tool_calls",
-                                    "val-aux/aime_2025/tool_error/mean@4 / tool_calls"]
+    assert tags("tools")[0][:3] == [
+        "val-aux/aime_2025/used_tool/mean@4",
+        "val-aux/aime_2025/tool_ok/mean@4 / tool_calls",
+        "val-aux/aime_2025/tool_error/mean@4 / tool_calls",
+    ]
     # Training turns are logged under two names by verl's v1 trainer: drawn once.
-    assert tags("num_turns") == [["val-aux/aime_2025/tool_calls/mean@4", "val-aux/synthetic_arith/tool_calls/mean@4",
-                                  "num_turns/mean", "val-aux/num_turns/mean"]]
-    assert tags("reward") == [["val-aux/aime_2025/score/mean@4", "val-aux/synthetic_arith/score/mean@4",
-                               "critic/rewards/mean"]]
+    assert tags("num_turns") == [
+        [
+            "val-aux/aime_2025/tool_calls/mean@4",
+            "val-aux/synthetic_arith/tool_calls/mean@4",
+            "num_turns/mean",
+            "val-aux/num_turns/mean",
+        ]
+    ]
+    assert tags("reward") == [
+        ["val-aux/aime_2025/score/mean@4", "val-aux/synthetic_arith/score/mean@4", "critic/rewards/mean"]
+    ]
     assert tags("sft_loss") == [["train/loss", "val/loss"]]
-    assert tags("failures") == [["failures/share", "val-failures/share"],
-                                ["failures/total/tool_exception", "failures/total/reward_error",
-                                 "failures/total/agent_loop_error", "failures/total/sandbox_unavailable"]]
+    assert tags("failures") == [
+        ["failures/share", "val-failures/share"],
+        [
+            "failures/total/tool_exception",
+            "failures/total/reward_error",
+            "failures/total/agent_loop_error",
+            "failures/total/sandbox_unavailable",
+        ],
+    ]
     shares, counts = figures["failures"][0]
     assert [c.series.tag for c in shares.zero] == ["val-failures/share"]  # zero: named in the note, not drawn
     assert [c.series.tag for c in counts.curves] == ["failures/total/tool_exception"]
@@ -200,27 +227,37 @@ def test_zero_series_are_summarised_not_drawn_or_tabled(report: tuple[dict, Path
     tabled = {r["tag"] for p in content["panels"] for r in p["rows"]}
     zero = {z["tag"] for p in content["panels"] for z in p["zero"]}
     assert zero == {"val-core/synthetic_arith/acc/mean@4"} | {
-        f"val-aux/{s}/{k}/mean@4 / tool_calls" for s in ("aime_2025", "synthetic_arith")
-        for k in ("tool_timeout", "tool_unavailable", "tool_truncated")} | {"val-failures/share"} | {
-        f"failures/total/{cause}" for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")}
+        f"val-aux/{s}/{k}/mean@4 / tool_calls"
+        for s in ("aime_2025", "synthetic_arith")
+        for k in ("tool_timeout", "tool_unavailable", "tool_truncated")
+    } | {"val-failures/share"} | {
+        f"failures/total/{cause}" for cause in ("reward_error", "agent_loop_error", "sandbox_unavailable")
+    }
     assert not zero & tabled
     md = (out / "report.md").read_text()
     assert md.count("Zero at every step") == 3
-    assert ("Zero at every step (tags in report.json), so neither drawn nor tabled: aime_2025: calls: timed out, "
-            "calls: no sandbox result, calls: output truncated; synthetic_arith: calls: timed out, ") in md
+    assert (
+        "Zero at every step (tags in report.json), so neither drawn nor tabled: aime_2025: calls: timed out, "
+        "calls: no sandbox result, calls: output truncated; synthetic_arith: calls: timed out, "
+    ) in md
     assert "neither drawn nor tabled: synthetic_arith." in md
     tools_table = [line for line in md.split("## Tool use")[1].split("## Turns")[0].splitlines() if line[:2] == "| "]
     assert len(tools_table) == 1 + 6 and not any("tool_timeout" in line for line in tools_table)
     for name, (plots, figure) in figures.items():
-        drawn = {line.get_gid().split(":", 1)[1] for ax in figure.axes for line in ax.get_lines()
-                 if not line.get_gid().startswith("published:")}
+        drawn = {
+            line.get_gid().split(":", 1)[1]
+            for ax in figure.axes
+            for line in ax.get_lines()
+            if not line.get_gid().startswith("published:")
+        }
         assert not drawn & zero, name
         notes = [t.get_text().replace("\n", " ") for ax in figure.axes for t in ax.texts if t.get_gid() == "note"]
         if any(p.zero for p in plots):
             assert notes and all("zero at every step (not drawn):" in n for n in notes), name
     tools_notes = [t.get_text().replace("\n", " ") for t in figures["tools"][1].axes[0].texts]
-    assert tools_notes == [("zero at every step (not drawn): calls: timed out, calls: no sandbox result, "
-                            "calls: output truncated")]
+    assert tools_notes == [
+        ("zero at every step (not drawn): calls: timed out, calls: no sandbox result, calls: output truncated")
+    ]
 
 
 def test_validation_is_drawn_as_markers_and_training_as_lines(figures: dict) -> None:
@@ -240,13 +277,17 @@ def test_validation_is_drawn_as_markers_and_training_as_lines(figures: dict) -> 
     raw = list(reward_lines["training:critic/rewards/mean"].get_ydata())
     smoothed = list(reward_lines["smoothed:critic/rewards/mean"].get_ydata())
     assert smoothed == pytest.approx(centred_mean(raw, 3)) and smoothed[1] == pytest.approx((-1.0 - 0.5 - 0.75) / 3)
-    assert reward_lines["training:critic/rewards/mean"].get_linewidth() < reward_lines[
-        "smoothed:critic/rewards/mean"].get_linewidth()
+    assert (
+        reward_lines["training:critic/rewards/mean"].get_linewidth()
+        < reward_lines["smoothed:critic/rewards/mean"].get_linewidth()
+    )
 
 
 def test_published_start_and_end_are_marked(figures: dict) -> None:
-    for name, tag, start, end in (("accuracy", "val-core/aime_2025/acc/mean@4", 0.29, 0.57),
-                                  ("num_turns", "val-aux/num_turns/mean", 7.0, 5.4)):
+    for name, tag, start, end in (
+        ("accuracy", "val-core/aime_2025/acc/mean@4", 0.29, 0.57),
+        ("num_turns", "val-aux/num_turns/mean", 7.0, 5.4),
+    ):
         lines = [line for line in figures[name][1].axes[0].get_lines() if line.get_gid() == f"published:{tag}"]
         assert [tuple(line.get_ydata()) for line in lines] == [(start, start), (end, end)], name
         assert [line.get_linestyle() for line in lines] == [":", "--"]
@@ -262,15 +303,18 @@ def test_colours_are_distinct_within_a_panel_and_few_series_per_axes(figures: di
             colours = [to_hex(line.get_color()) for line in series]
             assert len(set(colours)) == len(colours), (name, colours)
             assert 1 <= len(series) <= 6, name
+
     # A data source keeps its colour from panel to panel.
     def colour(name: str, tag: str) -> str:
         line = next(x for x in figures[name][1].axes[0].get_lines() if x.get_gid() == f"validation:{tag}")
         return to_hex(line.get_color())
 
     assert colour("accuracy", "val-core/aime_2025/acc/mean@4") == colour(
-        "num_turns", "val-aux/aime_2025/tool_calls/mean@4")
+        "num_turns", "val-aux/aime_2025/tool_calls/mean@4"
+    )
     assert colour("reward", "val-aux/synthetic_arith/score/mean@4") == colour(
-        "num_turns", "val-aux/synthetic_arith/tool_calls/mean@4")
+        "num_turns", "val-aux/synthetic_arith/tool_calls/mean@4"
+    )
 
 
 def test_legend_is_outside_the_data_area(figures: dict) -> None:
@@ -289,8 +333,10 @@ def test_legend_is_outside_the_data_area(figures: dict) -> None:
 
 def test_report_md_tables_with_published_beside_accuracy_and_turns(report: tuple[dict, Path]) -> None:
     md = (report[1] / "report.md").read_text()
-    assert ("| aime_2025 | `val-core/aime_2025/acc/mean@4` | 0.25 (0) | 0.5 (6) | 0.375 (12) | "
-            "0.29 -> 0.57 (as `val-core/aime_2025/acc/mean@30`) |") in md
+    assert (
+        "| aime_2025 | `val-core/aime_2025/acc/mean@4` | 0.25 (0) | 0.5 (6) | 0.375 (12) | "
+        "0.29 -> 0.57 (as `val-core/aime_2025/acc/mean@30`) |"
+    ) in md
     assert "| turns, validation | `val-aux/num_turns/mean` | 6 (0) | — | 5 (12) | 7 -> 5.4 |" in md
     assert "| turns, training batches | `num_turns/mean` | 4 (1) | — | 5 (12) | — |" in md
     assert "| training batches | `critic/rewards/mean` | -1 (1) | 0.75 (10) | 0.625 (12) |" in md
@@ -303,10 +349,12 @@ def test_report_md_tables_with_published_beside_accuracy_and_turns(report: tuple
 
 def test_published_file_replaces_the_published_result(logdir: Path, tmp_path: Path) -> None:
     baseline = tmp_path / "baseline.yaml"
-    baseline.write_text("name: my baseline\nsteps: 40\nmetrics:\n"
-                        "  val-core/aime_2025/acc/mean@30: {start: 0.3, end: 0.4}\n"
-                        "  val-core/aime_2025/acc/mean@4: {start: 0.11, end: 0.22}\n"
-                        "  val-aux/never/logged: {start: 1, end: 2}\n")
+    baseline.write_text(
+        "name: my baseline\nsteps: 40\nmetrics:\n"
+        "  val-core/aime_2025/acc/mean@30: {start: 0.3, end: 0.4}\n"
+        "  val-core/aime_2025/acc/mean@4: {start: 0.11, end: 0.22}\n"
+        "  val-aux/never/logged: {start: 1, end: 2}\n"
+    )
     content = build_report(logdir, tmp_path / "out", load_published(baseline))
     row = rows_by_tag(content, "accuracy")["val-core/aime_2025/acc/mean@4"]
     assert row["published"] == {"tag": "val-core/aime_2025/acc/mean@4", "start": 0.11, "end": 0.22, "steps": 40}
@@ -316,13 +364,16 @@ def test_published_file_replaces_the_published_result(logdir: Path, tmp_path: Pa
     assert "- published metric `val-aux/never/logged`" in md
 
 
-@pytest.mark.parametrize("text, message", [
-    ("metrics:\n  val-aux/num_turns/mean: {start: 7}\n", "needs 'start' and 'end'"),
-    ("metrics:\n  val-aux/num_turns/mean: {start: 7, end: high}\n", "end must be a number"),
-    ("steps: many\nmetrics:\n  val-aux/num_turns/mean: {start: 7, end: 5}\n", "steps must be the number"),
-    ("name: nothing\n", "at least one metric"),
-    ("metrics: [\n", "cannot read it as YAML/JSON"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("metrics:\n  val-aux/num_turns/mean: {start: 7}\n", "needs 'start' and 'end'"),
+        ("metrics:\n  val-aux/num_turns/mean: {start: 7, end: high}\n", "end must be a number"),
+        ("steps: many\nmetrics:\n  val-aux/num_turns/mean: {start: 7, end: 5}\n", "steps must be the number"),
+        ("name: nothing\n", "at least one metric"),
+        ("metrics: [\n", "cannot read it as YAML/JSON"),
+    ],
+)
 def test_bad_published_file_fails_clearly(tmp_path: Path, text: str, message: str) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
@@ -342,16 +393,29 @@ def test_bad_logdir_fails_clearly(tmp_path: Path) -> None:
 
 
 def test_console_script_reports_errors_with_exit_code(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "retool.report", "--logdir", str(tmp_path / "missing"),
-                           "--output", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "retool.report",
+            "--logdir",
+            str(tmp_path / "missing"),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "is not a folder" in proc.stderr
 
 
 def test_stage_folders_are_read_apart(tmp_path: Path) -> None:
     # The RL stage of an old run next to the new one: the one with more tags is read, the other named.
-    write_events(tmp_path / "tb" / "rl", {"critic/rewards/mean": [(1, 0.25), (2, 0.5)],
-                                          "val-aux/num_turns/mean": [(0, 2.0)]})
+    write_events(
+        tmp_path / "tb" / "rl", {"critic/rewards/mean": [(1, 0.25), (2, 0.5)], "val-aux/num_turns/mean": [(0, 2.0)]}
+    )
     write_events(tmp_path / "tb" / "dapo", {"critic/rewards/mean": [(1, 9.0)]})
     write_events(tmp_path / "tb" / "sft", {"train/loss": [(1, 2.0), (2, 1.5)]})
     content = build_report(tmp_path / "tb", tmp_path / "out", PUBLISHED_RESULT)
@@ -362,8 +426,13 @@ def test_stage_folders_are_read_apart(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "report.md").read_text()
     assert "not read (pass one as --logdir to read it): `" + str(tmp_path / "tb" / "dapo") in md
     # RL panels whose tags the RL folder lacks are listed; the published accuracy too.
-    assert [p["name"] for p in content["not_logged"]] == ["accuracy", "tools", "response_length", "failures",
-                                                          "off_policy"]
+    assert [p["name"] for p in content["not_logged"]] == [
+        "accuracy",
+        "tools",
+        "response_length",
+        "failures",
+        "off_policy",
+    ]
     assert "- Validation accuracy per data source: no tag among val-core/<data_source>/acc/mean@N" in md
     assert "- published metric `val-core/aime_2025/acc/mean@30`" in md
     # The SFT folder alone: its loss only, and no RL panel reported missing.
@@ -396,18 +465,25 @@ def test_off_policy_panel_tables_the_staleness_of_an_async_run(report: tuple[dic
     assert max(r["last"] for r in rows.values()) <= 1.0 and "training/off_policy/trajectory_staleness/mean" in rows
 
 
-def test_the_report_says_whether_the_run_is_inside_the_reproduction_band(report: tuple[dict, Path], tmp_path: Path,
-                                                                           capsys: pytest.CaptureFixture) -> None:
+def test_the_report_says_whether_the_run_is_inside_the_reproduction_band(
+    report: tuple[dict, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     content, out = report
     # The smoke-shaped run validates mean@4: the band cannot judge it, and says so.
-    assert content["reproduction"] == ["The reproduction band needs `val-core/aime_2025/acc/mean@30`: this run "
-                                       "validated AIME 2025 as `val-core/aime_2025/acc/mean@4`, not mean@30."]
+    assert content["reproduction"] == [
+        "The reproduction band needs `val-core/aime_2025/acc/mean@30`: this run "
+        "validated AIME 2025 as `val-core/aime_2025/acc/mean@4`, not mean@30."
+    ]
     assert "## Reproduction band\n\n- The reproduction band needs" in (out / "report.md").read_text()
     # A reference-shaped run: validated at step 0 and every 10 steps to 130.
     steps = list(range(0, 131, 10))
-    write_events(tmp_path / "tb" / "rl", {
-        "val-core/aime_2025/acc/mean@30": [(s, 0.29 + 0.3 * s / 130) for s in steps],
-        "critic/rewards/mean": [(s, 0.1) for s in steps[1:]]})
+    write_events(
+        tmp_path / "tb" / "rl",
+        {
+            "val-core/aime_2025/acc/mean@30": [(s, 0.29 + 0.3 * s / 130) for s in steps],
+            "critic/rewards/mean": [(s, 0.1) for s in steps[1:]],
+        },
+    )
     assert main(["--logdir", str(tmp_path / "tb"), "--output", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     inside = "Step 0: AIME 2025 mean@30 0.290, inside the reproduction band 0.21-0.37 around the published 0.29."

@@ -22,10 +22,17 @@ def write_events(folder: Path, points: dict[str, list[int]], value: float = 1.0)
 
 
 def rl_config(run_dir: Path, **trainer) -> dict:
-    return {"trainer": {"default_local_dir": str(run_dir / "checkpoints" / "rl"), "test_freq": 2,
-                        "val_before_train": True, "resume_mode": "auto", **trainer},
-            "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}},
-            "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": "http://a:1/run_code"}}}}}
+    return {
+        "trainer": {
+            "default_local_dir": str(run_dir / "checkpoints" / "rl"),
+            "test_freq": 2,
+            "val_before_train": True,
+            "resume_mode": "auto",
+            **trainer,
+        },
+        "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}},
+        "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"RETOOL_SANDBOX_URL": "http://a:1/run_code"}}}},
+    }
 
 
 def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], train_steps: list[int]) -> Path:
@@ -35,8 +42,9 @@ def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], tra
     if checkpoint is not None:
         (run_dir / "checkpoints" / "rl" / f"global_step_{checkpoint}").mkdir()
         (run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt").write_text(str(checkpoint))
-    write_events(run_dir / "tensorboard" / "rl", {"val-core/x/acc/mean@4": val_steps,
-                                                 "critic/rewards/mean": train_steps})
+    write_events(
+        run_dir / "tensorboard" / "rl", {"val-core/x/acc/mean@4": val_steps, "critic/rewards/mean": train_steps}
+    )
     return run_dir
 
 
@@ -44,14 +52,17 @@ def test_only_keys_that_say_where_things_run_may_differ(tmp_path):
     saved = rl_config(tmp_path)
     moved = rl_config(tmp_path, val_before_train=False)
     moved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"].update(
-        RETOOL_SANDBOX_URL="http://b:2/run_code", TENSORBOARD_DIR="/shared/tb", HCCL_CONNECT_TIMEOUT="3000")
+        RETOOL_SANDBOX_URL="http://b:2/run_code", TENSORBOARD_DIR="/shared/tb", HCCL_CONNECT_TIMEOUT="3000"
+    )
     # a run launched before the launcher set the workers' import-path hook resumes under a launcher that sets it
     moved["ray_kwargs"]["ray_init"]["runtime_env"]["worker_process_setup_hook"] = "retool.launch_path.undo_driver_paths"
     assert config_differences(saved, moved) == []
     other = rl_config(tmp_path, save_freq=5)
     other["actor_rollout_ref"]["actor"]["optim"]["lr"] = 2e-6
-    assert config_differences(saved, other) == ["actor_rollout_ref.actor.optim.lr: 1e-06 -> 2e-06",
-                                                "trainer.save_freq: '<absent>' -> 5"]
+    assert config_differences(saved, other) == [
+        "actor_rollout_ref.actor.optim.lr: 1e-06 -> 2e-06",
+        "trainer.save_freq: '<absent>' -> 5",
+    ]
 
 
 def test_points_after_the_checkpoint_are_removed_and_the_rest_kept_byte_for_byte(tmp_path):
@@ -110,8 +121,21 @@ def test_a_changed_config_is_refused_with_the_keys(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot resume" in err and "actor_rollout_ref.actor.optim.lr: 1e-06 -> 3e-06" in err
     assert sorted(read_event_dir(run_dir / "tensorboard" / "rl")["critic/rewards/mean"]) == [1, 2, 3]  # untouched
-    assert main(["prepare", "--stage", "rl", "--run-dir", str(run_dir), "--new-config",
-                 str(run_dir / "rl.resolved.yaml"), "--check-only"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--stage",
+                "rl",
+                "--run-dir",
+                str(run_dir),
+                "--new-config",
+                str(run_dir / "rl.resolved.yaml"),
+                "--check-only",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == ""
 
 
@@ -140,8 +164,12 @@ def test_a_resume_takes_the_new_launch_s_worker_environment(tmp_path, capsys):
     (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump(crashed))
     write_events(tmp_path / "tb-crashed", {"critic/rewards/mean": [1, 2, 3], "val-core/x/acc/mean@4": [0, 2]})
     relaunched = rl_config(run_dir)
-    env_vars = {"RETOOL_SANDBOX_URL": "http://b:2/run_code", "TENSORBOARD_DIR": str(tmp_path / "tb-resumed"),
-                "HCCL_CONNECT_TIMEOUT": "1500", "VERL_FILE_LOGGER_PATH": "/r/logs/metrics/rl-2.jsonl"}
+    env_vars = {
+        "RETOOL_SANDBOX_URL": "http://b:2/run_code",
+        "TENSORBOARD_DIR": str(tmp_path / "tb-resumed"),
+        "HCCL_CONNECT_TIMEOUT": "1500",
+        "VERL_FILE_LOGGER_PATH": "/r/logs/metrics/rl-2.jsonl",
+    }
     relaunched["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] = env_vars
     new = tmp_path / "new.yaml"
     new.write_text(yaml.safe_dump(relaunched))
@@ -152,8 +180,10 @@ def test_a_resume_takes_the_new_launch_s_worker_environment(tmp_path, capsys):
     assert {**saved, "ray_kwargs": None} == {**crashed, "ray_kwargs": None}
     assert sorted(read_event_dir(tmp_path / "tb-crashed")["critic/rewards/mean"]) == [1, 2]
     err = capsys.readouterr().err
-    assert "[resume] the workers take this launch's RETOOL_SANDBOX_URL: 'http://a:1/run_code' -> " \
-           "'http://b:2/run_code'" in err
+    assert (
+        "[resume] the workers take this launch's RETOOL_SANDBOX_URL: 'http://a:1/run_code' -> "
+        "'http://b:2/run_code'" in err
+    )
     assert "HCCL_CONNECT_TIMEOUT: '<absent>' -> '1500'" in err and "(1 TensorBoard points logged after it" in err
     assert "VERL_FILE_LOGGER_PATH" not in err  # a file per launch by design: taken, not reported
     # it crashes again before logging anything; the same launch again: nothing left to take, and step 2's

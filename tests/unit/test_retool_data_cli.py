@@ -33,9 +33,17 @@ def write_parquet(path: Path, rows: list[dict]) -> None:
 
 def aime_rows(count: int = 30) -> list[dict]:
     """yentinglin/aime_2025's layout: id, problem, solution, answer (a string), url, year."""
-    return [{"id": i, "problem": f"Find the {i}th value of $x$.", "solution": "...", "answer": str(100 + i),
-             "url": f"https://artofproblemsolving.com/wiki/index.php/2025_AIME_I_Problems/Problem_{i}",
-             "year": "2025"} for i in range(count)]
+    return [
+        {
+            "id": i,
+            "problem": f"Find the {i}th value of $x$.",
+            "solution": "...",
+            "answer": str(100 + i),
+            "url": f"https://artofproblemsolving.com/wiki/index.php/2025_AIME_I_Problems/Problem_{i}",
+            "year": "2025",
+        }
+        for i in range(count)
+    ]
 
 
 @pytest.fixture
@@ -79,8 +87,10 @@ def test_prepare_improved_dedupes_and_uses_its_own_wording_and_tool(raw: Path, t
 
 
 def test_prepare_without_the_downloads_says_what_to_do(tmp_path: Path, capsys) -> None:
-    assert main(["prepare", "--profile", "reference", "--raw", str(tmp_path / "nothing"),
-                 "--out", str(tmp_path / "out")]) == 2
+    assert (
+        main(["prepare", "--profile", "reference", "--raw", str(tmp_path / "nothing"), "--out", str(tmp_path / "out")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "ReTool-SFT" in err and "does not exist" in err and "retool-data download" in err
     assert not (tmp_path / "out" / SFT_FILE).exists()
@@ -120,8 +130,12 @@ def test_the_mirror_variable_reaches_the_download_call(monkeypatch, tmp_path: Pa
     monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.com")
     function, kwargs = download_call(ASSETS["dapo_math_17k"], "hf", tmp_path / "DAPO-Math-17k")
     assert function == "huggingface_hub.snapshot_download"
-    assert kwargs == {"repo_id": "BytedTsinghua-SIA/DAPO-Math-17k", "repo_type": "dataset",
-                      "local_dir": str(tmp_path / "DAPO-Math-17k"), "endpoint": "https://hf-mirror.com"}
+    assert kwargs == {
+        "repo_id": "BytedTsinghua-SIA/DAPO-Math-17k",
+        "repo_type": "dataset",
+        "local_dir": str(tmp_path / "DAPO-Math-17k"),
+        "endpoint": "https://hf-mirror.com",
+    }
     _, model_kwargs = download_call(ASSETS["model"], "hf", tmp_path / "m", endpoint="https://example.org")
     assert model_kwargs["endpoint"] == "https://example.org" and model_kwargs["repo_type"] == "model"
     monkeypatch.delenv("HF_ENDPOINT")
@@ -131,10 +145,15 @@ def test_the_mirror_variable_reaches_the_download_call(monkeypatch, tmp_path: Pa
 def test_modelscope_ids_and_the_bundled_aime_copy(tmp_path: Path) -> None:
     assert download_call(ASSETS["retool_sft"], "modelscope", tmp_path / "s") == (
         "modelscope.dataset_snapshot_download",
-        {"dataset_id": "AI-ModelScope/ReTool-SFT", "local_dir": str(tmp_path / "s")})
+        {"dataset_id": "AI-ModelScope/ReTool-SFT", "local_dir": str(tmp_path / "s")},
+    )
     assert download_call(ASSETS["model"], "modelscope", tmp_path / "m")[1]["model_id"] == "Qwen/Qwen3-4B-Instruct-2507"
-    assert download_call(ASSETS["aime_2025"], "modelscope", tmp_path / "a", overrides={"aime_2025": "TIGER-Lab/AIME25"}
-                         )[1]["dataset_id"] == "TIGER-Lab/AIME25"
+    assert (
+        download_call(ASSETS["aime_2025"], "modelscope", tmp_path / "a", overrides={"aime_2025": "TIGER-Lab/AIME25"})[
+            1
+        ]["dataset_id"]
+        == "TIGER-Lab/AIME25"
+    )
     download(ASSETS["aime_2025"], "modelscope", tmp_path / "aime_2025")  # no ModelScope copy: the shipped one
     assert check(ASSETS["aime_2025"], tmp_path / "aime_2025").endswith("30 rows")
 

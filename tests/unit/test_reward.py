@@ -15,8 +15,18 @@ from retool.reward import MissingNumTurns, compute_score
 from retool.tool_outcomes import OUTCOME_KEYS
 
 TOOL_TURNS = {"num_turns": 4}  # one tool round: no shaping under the default rule
-KEYS = ["score", "acc", "acc_strict_box", "acc_normalized", "pred", "has_answer", "num_turns", "tool_rounds",
-        "used_tool", *OUTCOME_KEYS]
+KEYS = [
+    "score",
+    "acc",
+    "acc_strict_box",
+    "acc_normalized",
+    "pred",
+    "has_answer",
+    "num_turns",
+    "tool_rounds",
+    "used_tool",
+    *OUTCOME_KEYS,
+]
 CALL = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(5 * 5)"}}\n</tool_call>'
 
 
@@ -48,11 +58,22 @@ CASES = [
     ("no-box", "The answer is 25.", "25", 0, 0),
     ("long-prefix", "reasoning " * 60 + "\\boxed{25}", "25", 1, 1),
     ("box-ends-window", "\\boxed{25}" + "." * 90, "25", 1, 1),  # the box is exactly the first 10 of 100 chars
-    ("after-tool-round", multi_turn("Compute.\n" + CALL, "It printed 25, so \\boxed{25}.", tool_outputs=["25"]),
-     "25", 1, 1),
-    ("early-guess-then-tool",
-     multi_turn("I guess \\boxed{25}. Let me check.\n" + CALL, "The check disagrees, so I am not sure.",
-                tool_outputs=["26"]), "25", 0, 0),
+    (
+        "after-tool-round",
+        multi_turn("Compute.\n" + CALL, "It printed 25, so \\boxed{25}.", tool_outputs=["25"]),
+        "25",
+        1,
+        1,
+    ),
+    (
+        "early-guess-then-tool",
+        multi_turn(
+            "I guess \\boxed{25}. Let me check.\n" + CALL, "The check disagrees, so I am not sure.", tool_outputs=["26"]
+        ),
+        "25",
+        0,
+        0,
+    ),
     ("stray-fence-in-prose", "Wrap code in ``` marks. The answer is \\boxed{25}.", "25", 1, 1),
     # reference quirks: exact string equality on the raw box content, last 100 characters only
     ("leading-zero", "\\boxed{034}", "34", 0, 1),
@@ -68,9 +89,17 @@ CASES = [
     ("box-then-long-text", "\\boxed{25}\n\n" + "I double-checked the arithmetic above. " * 4, "25", 0, 1),
     ("last-box-unclosed", "\\boxed{25} or maybe \\boxed{2", "25", 0, 1),
     ("box-in-last-tool-output", multi_turn("Compute.\n" + CALL, "", tool_outputs=["\\boxed{25}"]), "25", 1, 0),
-    ("box-in-final-tool-call",
-     ('Let me print it.\n<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(\'\\\\boxed{25}\')"}}'
-      "\n</tool_call>"), "25", 1, 0),
+    (
+        "box-in-final-tool-call",
+        (
+            'Let me print it.\n<tool_call>\n{"name": "code_interpreter", '
+            '"arguments": {"code": "print(\'\\\\boxed{25}\')"}}'
+            "\n</tool_call>"
+        ),
+        "25",
+        1,
+        0,
+    ),
     ("box-in-code-fence", "```python\nprint('\\boxed{25}')\n```", "25", 1, 0),
     # normalized matcher: formerly missed spellings
     ("variable-prefix", "\\boxed{n=25}", "25", 0, 1),
@@ -172,11 +201,25 @@ def test_normalized_extraction():
 @pytest.mark.parametrize(
     ("boxed", "truth"),
     [
-        ("025", "25"), ("$25$", "25"), ("\\textbf{25}.", "25"), (" 2 5 ", "25"), ("1{,}000", "1000"),
-        ("1\\,000", "1000"), ("\u22123", "-3"), ("- 3", "-3"), ("\\tfrac12", "0.5"), ("-\\frac{3}{4}", "-3/4"),
-        ("\\frac{-3}{4}", "-\\frac{3}{4}"), ("\\frac{\\sqrt{3}}{2}", "\\dfrac{\\sqrt{3}}{2}"), ("x^2 + 1", "x^2+1"),
-        ("x = 5", "5"), ("\\theta = 30^\\circ", "30"), ("1,000\\text{ dollars}", "1000"), ("25 cm", "25"),
-        ("50\\%", "50\\%"), ("(\\frac{1}{2})", "1/2"),
+        ("025", "25"),
+        ("$25$", "25"),
+        ("\\textbf{25}.", "25"),
+        (" 2 5 ", "25"),
+        ("1{,}000", "1000"),
+        ("1\\,000", "1000"),
+        ("\u22123", "-3"),
+        ("- 3", "-3"),
+        ("\\tfrac12", "0.5"),
+        ("-\\frac{3}{4}", "-3/4"),
+        ("\\frac{-3}{4}", "-\\frac{3}{4}"),
+        ("\\frac{\\sqrt{3}}{2}", "\\dfrac{\\sqrt{3}}{2}"),
+        ("x^2 + 1", "x^2+1"),
+        ("x = 5", "5"),
+        ("\\theta = 30^\\circ", "30"),
+        ("1,000\\text{ dollars}", "1000"),
+        ("25 cm", "25"),
+        ("50\\%", "50\\%"),
+        ("(\\frac{1}{2})", "1/2"),
     ],
 )
 def test_normalized_equal_answers(boxed, truth):
@@ -186,8 +229,16 @@ def test_normalized_equal_answers(boxed, truth):
 
 @pytest.mark.parametrize(
     ("boxed", "truth"),
-    [("-3", "3"), ("3", "-3"), ("\\frac{1}{0}", "1"), ("", "25"), ("(1,2)", "12"), ("x = 5", "6"), ("2x", "2"),
-     ("25\\text{ cm}", "26")],
+    [
+        ("-3", "3"),
+        ("3", "-3"),
+        ("\\frac{1}{0}", "1"),
+        ("", "25"),
+        ("(1,2)", "12"),
+        ("x = 5", "6"),
+        ("2x", "2"),
+        ("25\\text{ cm}", "26"),
+    ],
 )
 def test_normalized_different_answers(boxed, truth):
     result = score(f"\\boxed{{{boxed}}}", truth, answer_match="normalized")
@@ -288,8 +339,9 @@ def test_shaping_applies_to_the_chosen_matcher():
     # wrong under reference, right under normalized; no tool call
     assert score("\\boxed{034}", "34", {"num_turns": 2})["score"] == pytest.approx(-1.4)
     assert score("\\boxed{034}", "34", {"num_turns": 2}, answer_match="normalized")["score"] == pytest.approx(0.6)
-    assert (score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="tool_round_credit")["score"]
-            == pytest.approx(-0.9))
+    assert score("\\boxed{034}", "34", {"num_turns": 4}, tool_shaping="tool_round_credit")["score"] == pytest.approx(
+        -0.9
+    )
 
 
 def test_defaults_are_strict_box_and_no_tool_penalty():
@@ -356,8 +408,14 @@ def test_bad_inputs_raise_clear_errors():
 def test_verl_call_kwargs_are_accepted_and_unknown_ones_reported(monkeypatch, caplog):
     monkeypatch.setattr(reward, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="retool.reward"):
-        score("\\boxed{25}", "25", reward_router_address=None, reward_model_tokenizer=None,
-              answer_match="strict_box", tool_shaping="no_tool_penalty")
+        score(
+            "\\boxed{25}",
+            "25",
+            reward_router_address=None,
+            reward_model_tokenizer=None,
+            answer_match="strict_box",
+            tool_shaping="no_tool_penalty",
+        )
         assert not caplog.records
         assert score("\\boxed{25}", "25", tool_shapping="tool_round_credit")["score"] == 1.0
     assert "tool_shapping" in caplog.text
@@ -390,8 +448,10 @@ def test_verl_forwards_reward_kwargs_and_aggregates_the_dict():
     assert wrong["score"] == pytest.approx(-0.8)  # verl rule: min(-0.6, -1 + 0.1 * 2)
 
     texts = ["\\boxed{25}", "\\boxed{025}", "\\boxed{24}", "none"]
-    for reward_kwargs, acc_mean in (({"tool_shaping": "tool_round_credit"}, 0.25),
-                                    ({"answer_match": "normalized"}, 0.5)):
+    for reward_kwargs, acc_mean in (
+        ({"tool_shaping": "tool_round_credit"}, 0.25),
+        ({"answer_match": "normalized"}, 0.5),
+    ):
         fn = load(reward_kwargs)
         results = [
             fn(data_source="aime_2025", solution_str=t, ground_truth="25", extra_info={"num_turns": n})

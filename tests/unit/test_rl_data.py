@@ -73,8 +73,10 @@ def test_both_aime_2024_layouts_agree(tmp_path):
     """Same 30 problems in two layouts: Maxwell-Jia IDs ("2024-II-4") and AoPS URLs must map to equal answers."""
     prepare(AIME_DIR / "aime2024/aime_2024_problems.parquet", tmp_path / "a.parquet")
     prepare(AIME_DIR / "aime2024/test.jsonl", tmp_path / "b.parquet")
-    by_id = {r["extra_info"]["index"]: r["reward_model"]["ground_truth"]
-             for r in pq.read_table(tmp_path / "a.parquet").to_pylist()}
+    by_id = {
+        r["extra_info"]["index"]: r["reward_model"]["ground_truth"]
+        for r in pq.read_table(tmp_path / "a.parquet").to_pylist()
+    }
     urls = {str(r["id"]): r["url"] for r in raw_aime("aime2024/test.jsonl")}
     by_url = {}
     for row in pq.read_table(tmp_path / "b.parquet").to_pylist():
@@ -90,8 +92,11 @@ def test_outputs_concatenate_like_verl_does(tmp_path):
     parts = []
     for number, (relative, _) in enumerate(AIME_FILES):
         prepare(AIME_DIR / relative, tmp_path / f"{number}.parquet")
-        parts.append(datasets.load_dataset("parquet", data_files=str(tmp_path / f"{number}.parquet"),
-                                           cache_dir=str(tmp_path / "cache"))["train"])
+        parts.append(
+            datasets.load_dataset(
+                "parquet", data_files=str(tmp_path / f"{number}.parquet"), cache_dir=str(tmp_path / "cache")
+            )["train"]
+        )
     joined = datasets.concatenate_datasets(parts)
     assert len(joined) == 90
     assert sorted(set(joined["data_source"])) == ["aime_2024", "aime_2025"]
@@ -177,7 +182,10 @@ def test_broken_dapo_rows_are_reported_with_their_index(tmp_path):
     summary = prepare(source, tmp_path / "out.parquet", source="dapo")
     assert summary["written"] == 2
     assert [(s["row"], s["kind"]) for s in summary["skipped_rows"]] == [
-        (1, "bad_ground_truth"), (2, "bad_row_layout"), (3, "bad_row_layout")]
+        (1, "bad_ground_truth"),
+        (2, "bad_row_layout"),
+        (3, "bad_row_layout"),
+    ]
     assert summary["notes"] == {"dapo_instruction_missing": 1}  # the bare row is kept, its prompt still boxed
     with pytest.raises(ConversionError, match=r"dapo\.jsonl row 1: reward_model\.ground_truth"):
         prepare(source, tmp_path / "fail.parquet", source="dapo", on_error="fail")
@@ -185,8 +193,21 @@ def test_broken_dapo_rows_are_reported_with_their_index(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [(25, 25), ("025", 25), ("7", 7), (0, 0), (999.0, 999), ("1000", None), (-1, None),
-                            ("2.5", None), ("abc", None), (True, None), (None, None)])
+    ("value", "expected"),
+    [
+        (25, 25),
+        ("025", 25),
+        ("7", 7),
+        (0, 0),
+        (999.0, 999),
+        ("1000", None),
+        (-1, None),
+        ("2.5", None),
+        ("abc", None),
+        (True, None),
+        (None, None),
+    ],
+)
 def test_aime_answer_parsing(value, expected):
     if expected is None:
         with pytest.raises(ConversionError, match="not an AIME integer"):
@@ -196,8 +217,12 @@ def test_aime_answer_parsing(value, expected):
 
 
 def test_broken_aime_rows_are_skipped(tmp_path):
-    rows = [{"problem": "p1", "answer": 5, "id": "0"}, {"problem": "p2", "answer": "abc", "id": "1"},
-            {"problem": "", "answer": 1, "id": "2"}, {"problem": "p4", "answer": 4}]
+    rows = [
+        {"problem": "p1", "answer": 5, "id": "0"},
+        {"problem": "p2", "answer": "abc", "id": "1"},
+        {"problem": "", "answer": 1, "id": "2"},
+        {"problem": "p4", "answer": 4},
+    ]
     source = tmp_path / "aime25" / "test.jsonl"
     source.parent.mkdir()
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -236,8 +261,10 @@ def test_cli_on_real_aime_2025(tmp_path, capsys):
 def test_cli_prompt_style(tmp_path, capsys):
     source = AIME_DIR / "aime2025/test.jsonl"
     first = raw_aime("aime2025/test.jsonl")[0]["problem"]
-    for style, expected in (("verl_retool", f"{first}\n{REFERENCE_LINE}"),
-                            ("qwen_boxed", f"{first.strip()}\n\n{ANSWER_INSTRUCTION}")):
+    for style, expected in (
+        ("verl_retool", f"{first}\n{REFERENCE_LINE}"),
+        ("qwen_boxed", f"{first.strip()}\n\n{ANSWER_INSTRUCTION}"),
+    ):
         out = tmp_path / f"{style}.parquet"
         assert main(["--input", str(source), "--output", str(out), "--limit", "1", "--prompt-style", style]) == 0
         assert f"prompt style {style}" in capsys.readouterr().out

@@ -36,8 +36,14 @@ def user(text):
 
 
 def build(cls, path, tokenizer, cache):
-    config = OmegaConf.create({"max_prompt_length": 64, "filter_overlong_prompts": True,
-                               "filter_overlong_prompts_workers": 1, "cache_dir": str(cache)})
+    config = OmegaConf.create(
+        {
+            "max_prompt_length": 64,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "cache_dir": str(cache),
+        }
+    )
     return cls(data_files=path, tokenizer=tokenizer, config=config)
 
 
@@ -51,15 +57,22 @@ def datasets_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_the_distinct_prompt_filter_keeps_verl_s_rows_and_templates_each_prompt_once(datasets_cache, tokenizer,
-                                                                                    capsys):
+def test_the_distinct_prompt_filter_keeps_verl_s_rows_and_templates_each_prompt_once(datasets_cache, tokenizer, capsys):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from retool.rl_dataset import DistinctPromptFilterDataset
 
     # a long prompt between repeats of two short ones; a two-message prompt that shares its first message
-    prompts = [user(SHORT_A), user(LONG), user(SHORT_B), user(SHORT_A), user(LONG), user(SHORT_B), user(SHORT_A),
-               [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SHORT_A}]]
+    prompts = [
+        user(SHORT_A),
+        user(LONG),
+        user(SHORT_B),
+        user(SHORT_A),
+        user(LONG),
+        user(SHORT_B),
+        user(SHORT_A),
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SHORT_A}],
+    ]
     path = write_rows(datasets_cache / "rows.parquet", prompts)
     verl_rows = kept_indices(build(RLHFDataset, path, tokenizer, datasets_cache / "a"))
     ours = build(DistinctPromptFilterDataset, path, tokenizer, datasets_cache / "b")
@@ -74,8 +87,12 @@ def test_prompts_it_cannot_group_safely_go_through_verl_s_filter(datasets_cache,
 
     # an assistant message without text: grouping on text alone could join prompts that differ
     prompts = [user(SHORT_A) + [{"role": "assistant", "content": None}], user(LONG), user(SHORT_A)]
-    ours = build(DistinctPromptFilterDataset, write_rows(datasets_cache / "rows.parquet", prompts), tokenizer,
-                 datasets_cache / "c")
+    ours = build(
+        DistinctPromptFilterDataset,
+        write_rows(datasets_cache / "rows.parquet", prompts),
+        tokenizer,
+        datasets_cache / "c",
+    )
     assert kept_indices(ours) == ["0", "2"] and "distinct prompts" not in capsys.readouterr().out
 
 

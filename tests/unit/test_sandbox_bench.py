@@ -25,21 +25,49 @@ def _side(p50: float, rps: float) -> dict:
     return {"p50": p50, "p99": p50 * 2, "rps": rps}
 
 
-def _row(workload: str, concurrency: int, sandbox_rps: float, bare_rps: float, p50: float = 20.0,
-         bare_p50: float = 25.0, **extra) -> dict:
-    return {"workload": workload, "concurrency": concurrency, "sandbox": _side(p50, sandbox_rps),
-            "bare": _side(bare_p50, bare_rps), **extra}
+def _row(
+    workload: str,
+    concurrency: int,
+    sandbox_rps: float,
+    bare_rps: float,
+    p50: float = 20.0,
+    bare_p50: float = 25.0,
+    **extra,
+) -> dict:
+    return {
+        "workload": workload,
+        "concurrency": concurrency,
+        "sandbox": _side(p50, sandbox_rps),
+        "bare": _side(bare_p50, bare_rps),
+        **extra,
+    }
 
 
 def _meta(mode: str, **extra) -> dict:
-    return {"date": "2026-11-30", "machine": "test", "isolation": "bwrap", "mode": mode, "slots": 2, "cores": 2,
-            "python": "python", "requests": 10, "warmup": 1, "load_before": "0", "load_after": "0", **extra}
+    return {
+        "date": "2026-11-30",
+        "machine": "test",
+        "isolation": "bwrap",
+        "mode": mode,
+        "slots": 2,
+        "cores": 2,
+        "python": "python",
+        "requests": 10,
+        "warmup": 1,
+        "load_before": "0",
+        "load_after": "0",
+        **extra,
+    }
 
 
 def test_verdicts_use_the_worst_workload_at_concurrency_equal_to_cores(bench, monkeypatch):
     monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
-    rows = [_row("print(1)", 1, 50, 40), _row("print(1)", 2, 89, 100), _row("import numpy", 2, 120, 100),
-            _row("print(1)", 8, 10, 100)]  # concurrency 8 must not count
+    rows = [
+        _row("print(1)", 1, 50, 40),
+        _row("print(1)", 2, 89, 100),
+        _row("import numpy", 2, 120, 100),
+        _row("print(1)", 8, 10, 100),
+    ]  # concurrency 8 must not count
     meta = _meta("fork")
     del meta["cores"]  # saved by older runs: the machine's count is used
     text = bench.render(rows, BURST, meta)
@@ -59,8 +87,10 @@ def test_preimport_target_takes_the_smaller_of_latency_and_throughput_ratio(benc
         _row("import sympy", 2, 130, 6, p50=15, bare_p50=310),  # 20.7 x, 21.7 x
     ]
     text = bench.render(rows, BURST, _meta("fork", preimport=["numpy", "scipy", "sympy", "mpmath"]))
-    assert ("import numpy at 1: **6.0 x**, import numpy at 2: **5.5 x**, import sympy at 1: **21.4 x**, "
-            "import sympy at 2: **20.7 x** (met)") in text
+    assert (
+        "import numpy at 1: **6.0 x**, import numpy at 2: **5.5 x**, import sympy at 1: **21.4 x**, "
+        "import sympy at 2: **20.7 x** (met)"
+    ) in text
     rows[1] = _row("import numpy", 2, 90, 20, p50=16, bare_p50=95)  # throughput only 4.5 x
     text = bench.render(rows, BURST, _meta("fork", preimport=["sympy"]))
     assert "import numpy at 2: **4.5 x**" in text and "(NOT met; the server did not preimport numpy)" in text
@@ -97,9 +127,12 @@ def _prose(text: str) -> str:
 
 @pytest.mark.parametrize("scale", [1.0, 3.7])
 def test_every_number_in_the_prose_comes_from_the_table(bench, scale):
-    rows = [_row("print(1)", 1, 70 * scale, 35, p50=14 / scale), _row("print(1)", 2, 130, 70 * scale),
-            _row("import numpy", 1, 60, 11 * scale, p50=15, bare_p50=88 * scale),
-            _row("sympy factorint(2**64-1)", 2, 6.3 * scale, 6.2, p50=310, bare_p50=318)]
+    rows = [
+        _row("print(1)", 1, 70 * scale, 35, p50=14 / scale),
+        _row("print(1)", 2, 130, 70 * scale),
+        _row("import numpy", 1, 60, 11 * scale, p50=15, bare_p50=88 * scale),
+        _row("sympy factorint(2**64-1)", 2, 6.3 * scale, 6.2, p50=310, bare_p50=318),
+    ]
     meta = _meta("fork", preimport=["numpy"])
     text = bench.render(rows, BURST, meta)
     stray = _numbers(_prose(text)) - _derivable(bench, rows, meta)
@@ -127,13 +160,18 @@ def test_no_fixed_figures_and_sandboxfusion_only_when_measured(bench):
     text = bench.render(measured, BURST, _meta("fork"))
     assert "`bench/sandbox_bench.py --sandboxfusion-url ...`" in text
     assert "| print(1) | 1 | 20.0 / 40.0 | 70.0 | 25.0 / 50.0 | 35.0 | 60.0 / 120.0 | 14.0 | -5.0 | 2.00 |" in text
-    assert ("SandboxFusion, measured in this run, reached 0.40 x (print(1), concurrency 1) to 0.50 x (sympy "
-            "factorint(2**64-1), concurrency 32) of bare throughput; its highest p99 was 18000.0 ms") in text
+    assert (
+        "SandboxFusion, measured in this run, reached 0.40 x (print(1), concurrency 1) to 0.50 x (sympy "
+        "factorint(2**64-1), concurrency 32) of bare throughput; its highest p99 was 18000.0 ms"
+    ) in text
 
 
 def test_the_interpreter_is_named_relative_to_the_repository(bench):
-    for python, shown in ((f"{ROOT}/.venv/bin/python", ".venv/bin/python"), ("/usr/bin/python3", "python3"),
-                          (".venv/bin/python", ".venv/bin/python")):  # saved runs keep the display form
+    for python, shown in (
+        (f"{ROOT}/.venv/bin/python", ".venv/bin/python"),
+        ("/usr/bin/python3", "python3"),
+        (".venv/bin/python", ".venv/bin/python"),
+    ):  # saved runs keep the display form
         text = bench.render([_row("print(1)", 1, 70, 35)], BURST, _meta("fork", python=python))
         assert f"interpreter `{shown}` for both sides" in text
         assert str(ROOT) not in text and "/usr/" not in text
@@ -161,22 +199,46 @@ def test_machine_names_an_arm_cpu(bench, monkeypatch, tmp_path):
 
 
 def _sessions_row(cell: str, sessions: int, before: float, idle: float, pss: float | None) -> dict:
-    return {"cell": cell, "sessions": sessions, "live": sessions, "opened_s": 2.5, "first_p50": 120.0,
-            "first_p99": 400.0, "later_p50": 40.0, "mem_before": before, "mem_idle": idle, "mem_closed": before,
-            "pss": pss, "floor_mb": 2048, "max_sessions": 1024}
+    return {
+        "cell": cell,
+        "sessions": sessions,
+        "live": sessions,
+        "opened_s": 2.5,
+        "first_p50": 120.0,
+        "first_p99": 400.0,
+        "later_p50": 40.0,
+        "mem_before": before,
+        "mem_idle": idle,
+        "mem_closed": before,
+        "pss": pss,
+        "floor_mb": 2048,
+        "max_sessions": 1024,
+    }
 
 
 def test_the_sessions_section_states_what_was_measured_and_what_fits(bench):
-    meta = {"date": "2026-12-01", "machine": "test", "isolation": "bwrap", "slots": 2, "concurrency": 4,
-            "command": "--sessions 100 --session-cells plain,numpy+sympy:50"}
-    rows = [_sessions_row("plain", 100, 20048.0, 19048.0, 700.0),  # 10 MiB by MemAvailable, 7 by Pss
-            _sessions_row("numpy+sympy", 50, 20048.0, 17548.0, 4000.0)]  # 50 by MemAvailable, 80 by Pss
+    meta = {
+        "date": "2026-12-01",
+        "machine": "test",
+        "isolation": "bwrap",
+        "slots": 2,
+        "concurrency": 4,
+        "command": "--sessions 100 --session-cells plain,numpy+sympy:50",
+    }
+    rows = [
+        _sessions_row("plain", 100, 20048.0, 19048.0, 700.0),  # 10 MiB by MemAvailable, 7 by Pss
+        _sessions_row("numpy+sympy", 50, 20048.0, 17548.0, 4000.0),
+    ]  # 50 by MemAvailable, 80 by Pss
     text = bench.render_sessions(rows, meta)
     assert "| plain: `x = 1` | 100 | 100 | 2.5 | 120.0 / 400.0 | 40.0 | 10.0 | 7.0 | 1800 |" in text
     # the larger per-session figure decides what fits: (20048 - 2048) / 80
-    assert "| numpy+sympy: `import numpy, sympy; x = numpy.arange(10)` | 50 | 50 | 2.5 | 120.0 / 400.0 | 40.0 " \
-           "| 50.0 | 80.0 | 225 |" in text
-    assert ("`bench/sandbox_bench.py --sessions 100 --session-cells plain,numpy+sympy:50`" in text
-            and "memory floor 2048 MiB" in text)
+    assert (
+        "| numpy+sympy: `import numpy, sympy; x = numpy.arange(10)` | 50 | 50 | 2.5 | 120.0 / 400.0 | 40.0 "
+        "| 50.0 | 80.0 | 225 |" in text
+    )
+    assert (
+        "`bench/sandbox_bench.py --sessions 100 --session-cells plain,numpy+sympy:50`" in text
+        and "memory floor 2048 MiB" in text
+    )
     unknown = bench.render_sessions([_sessions_row("plain", 10, 12048.0, 11948.0, None)], meta)
     assert "| 10.0 | - | 1000 |" in unknown  # not root: no Pss, MemAvailable alone

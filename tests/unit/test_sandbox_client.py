@@ -23,8 +23,14 @@ from retool_sandbox import client as client_module
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
 
-FAST = ClientPolicy(run_timeout=5, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=2, retry_backoff_s=0.05,
-                    reconnect_budget_s=0.3)
+FAST = ClientPolicy(
+    run_timeout=5,
+    queue_timeout_s=0,
+    http_timeout_margin_s=1,
+    max_retries=2,
+    retry_backoff_s=0.05,
+    reconnect_budget_s=0.3,
+)
 
 
 def test_urls_normalise_one_way():
@@ -41,11 +47,23 @@ async def test_the_body_is_verls(server):
     reply = await SandboxClient(url, ClientPolicy(run_timeout=5, memory_limit_mb=512)).run("print('hello')")
     assert reply.status == "ok" and reply.run_result["stdout"] == "hello\n"
     (payload,) = seen.payloads
-    assert set(payload) == {"code", "language", "compile_timeout", "run_timeout", "memory_limit_MB", "stdin", "files",
-                            "fetch_files"}
+    assert set(payload) == {
+        "code",
+        "language",
+        "compile_timeout",
+        "run_timeout",
+        "memory_limit_MB",
+        "stdin",
+        "files",
+        "fetch_files",
+    }
     assert payload["compile_timeout"] == payload["run_timeout"] == 5 and isinstance(payload["run_timeout"], int)
-    assert (payload["memory_limit_MB"], payload["stdin"], payload["files"],
-            payload["fetch_files"]) == (512, None, {}, [])
+    assert (payload["memory_limit_MB"], payload["stdin"], payload["files"], payload["fetch_files"]) == (
+        512,
+        None,
+        {},
+        [],
+    )
 
 
 async def test_504_is_retried_with_doubling_backoff(server):
@@ -71,8 +89,10 @@ async def test_other_http_errors_are_final(server):
     assert seen.hits["error500"] == 1 and reply.retries == 0
 
 
-@pytest.mark.parametrize(("mode", "phrase"), [("garbage", "malformed response"), ("badshape", "malformed response"),
-                                              ("hang", "no reply within 1.5 s")])
+@pytest.mark.parametrize(
+    ("mode", "phrase"),
+    [("garbage", "malformed response"), ("badshape", "malformed response"), ("hang", "no reply within 1.5 s")],
+)
 async def test_unusable_replies_are_unavailable(server, mode, phrase):
     url, _ = server
     started = time.monotonic()
@@ -158,10 +178,12 @@ async def test_sync_client_retries_and_classifies(server):
     seen.fail_first = 1
 
     def calls():
-        return (SandboxClient(url, FAST).run_sync("print(6 * 7)", stdin="x"),
-                SandboxClient(url + "/flaky/run_code", FAST).run_sync("print(1)"),
-                SandboxClient(url + "/always504/run_code", FAST).run_sync("1"),
-                SandboxClient(f"http://127.0.0.1:{free_port()}", FAST).run_sync("1"))
+        return (
+            SandboxClient(url, FAST).run_sync("print(6 * 7)", stdin="x"),
+            SandboxClient(url + "/flaky/run_code", FAST).run_sync("print(1)"),
+            SandboxClient(url + "/always504/run_code", FAST).run_sync("1"),
+            SandboxClient(f"http://127.0.0.1:{free_port()}", FAST).run_sync("1"),
+        )
 
     ok, flaky, busy, gone = await asyncio.to_thread(calls)
     assert ok.status == "ok" and ok.run_result["stdout"] == "42\n" and seen.payloads[0]["stdin"] == "x"
@@ -187,13 +209,15 @@ async def test_queued_calls_get_a_deadline_that_covers_the_queue():
     # 1 slot, 4 programs of 2.5 s at once: the last one waits ~7.5 s for the slot, then runs 2.5 s.
     code = "import time\ntime.sleep(2.5)\nprint('done')"
     with running_sandbox(slots=1, default_timeout=3, max_timeout=5, queue_timeout=30) as url:
-        client = SandboxClient(url, ClientPolicy(run_timeout=3, queue_timeout_s=30, http_timeout_margin_s=1,
-                                                 max_retries=0))
+        client = SandboxClient(
+            url, ClientPolicy(run_timeout=3, queue_timeout_s=30, http_timeout_margin_s=1, max_retries=0)
+        )
         replies = await asyncio.gather(*(client.run(code) for _ in range(4)))
         assert [(r.status, r.run_result.get("stdout")) for r in replies] == [("ok", "done\n")] * 4
         # control: a deadline of run timeout + margin alone (no queue allowance) gives up on the queued calls
-        short = SandboxClient(url, ClientPolicy(run_timeout=3, queue_timeout_s=0, http_timeout_margin_s=1,
-                                                max_retries=0))
+        short = SandboxClient(
+            url, ClientPolicy(run_timeout=3, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=0)
+        )
         replies = await asyncio.gather(*(short.run(code) for _ in range(4)))
         assert sum(r.status == "unavailable" for r in replies) >= 2
 
@@ -225,8 +249,9 @@ def test_the_load_tests_default_settings_are_the_tools():
 async def test_waits_for_the_clients_own_concurrency_are_not_charged_to_the_deadline(server, monkeypatch):
     url, _ = server
     monkeypatch.setattr(client_module, "MAX_BACKOFF_S", 0.1)
-    policy = ClientPolicy(run_timeout=1, queue_timeout_s=0, http_timeout_margin_s=0.5, max_retries=0,
-                          reconnect_budget_s=0)
+    policy = ClientPolicy(
+        run_timeout=1, queue_timeout_s=0, http_timeout_margin_s=0.5, max_retries=0, reconnect_budget_s=0
+    )
     assert policy.call_deadline() == pytest.approx(1.6)
     # one call in flight per client: the second waits for the first, which hangs until its attempt deadline, and then
     # gets its own full attempt (3 s in all, past the 1.6 s deadline, which counts only time on the sandbox)
@@ -241,7 +266,13 @@ async def test_waits_for_the_clients_own_concurrency_are_not_charged_to_the_dead
 async def test_504_answers_are_counted(server):
     url, seen = server
     seen.fail_first = 2
-    policy = ClientPolicy(run_timeout=5, queue_timeout_s=0, http_timeout_margin_s=1, max_retries=3,
-                          retry_backoff_s=0.01, reconnect_budget_s=0)
+    policy = ClientPolicy(
+        run_timeout=5,
+        queue_timeout_s=0,
+        http_timeout_margin_s=1,
+        max_retries=3,
+        retry_backoff_s=0.01,
+        reconnect_budget_s=0,
+    )
     reply = await SandboxClient(url + "/flaky/run_code", policy).run("print(42)")
     assert (reply.status, reply.busy_answers, reply.retries) == ("ok", 2, 2) and reply.last_attempt_s > 0

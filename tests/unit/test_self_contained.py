@@ -12,8 +12,13 @@ OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])shared/(?:data|docs)\b|/work/\w")
 
 
 def test_no_tracked_file_names_a_path_outside_the_repository():
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     offenders = []
     for name in filter(None, files):
         path = REPO / name
@@ -23,6 +28,9 @@ def test_no_tracked_file_names_a_path_outside_the_repository():
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        offenders += [f"{name}:{n}: {line.strip()[:120]}" for n, line in enumerate(text.splitlines(), 1)
-                      if OUTSIDE.search(line) and name != "tests/unit/test_self_contained.py"]
+        offenders += [
+            f"{name}:{n}: {line.strip()[:120]}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if OUTSIDE.search(line) and name != "tests/unit/test_self_contained.py"
+        ]
     assert not offenders, "paths outside the repository:\n" + "\n".join(offenders)

@@ -32,8 +32,7 @@ QUESTION = "Find the sum of all positive divisors of 36."
 # The reference's user turn for raw_user(QUESTION), written out: what follows the marker with the <answer> tags
 # removed and the ends stripped. The format line keeps its space before the newline and its doubled braces.
 REFERENCE_FORMAT_LINE = (
-    "Remember to place the final answer in the last part using the format: \n\n"
-    "\\boxed{{'The final answer goes here.'}}"
+    "Remember to place the final answer in the last part using the format: \n\n\\boxed{{'The final answer goes here.'}}"
 )
 REFERENCE_USER = f"{QUESTION}\n\n{REFERENCE_FORMAT_LINE}"
 
@@ -97,8 +96,12 @@ def test_unknown_prompt_style_is_rejected(tmp_path, tool_yaml):
     with pytest.raises(ValueError, match="prompt style must be one of"):
         convert_row(two_call_row(), prompt_style="mine")
     with pytest.raises(ValueError, match="prompt style must be one of"):
-        preprocess(raw_parquet(tmp_path / "raw.parquet", [two_call_row()]), tmp_path / "o.parquet", tool_yaml,
-                   prompt_style="mine")
+        preprocess(
+            raw_parquet(tmp_path / "raw.parquet", [two_call_row()]),
+            tmp_path / "o.parquet",
+            tool_yaml,
+            prompt_style="mine",
+        )
 
 
 def test_zero_tool_calls_is_a_plain_answer():
@@ -123,26 +126,46 @@ def test_interpreter_output_keeps_inner_tags_and_blank_lines():
 REPAIRS = [
     pytest.param(
         "<code>\nprint(6 * 7)\n</code>\n" + output("42") + "\n" + answer("42"),
-        "code_without_fences", lambda m: m[1]["tool_calls"] == call("print(6 * 7)"), id="code-without-fences"),
+        "code_without_fences",
+        lambda m: m[1]["tool_calls"] == call("print(6 * 7)"),
+        id="code-without-fences",
+    ),
     pytest.param(
         "<code>\n```python\nprint(6 * 7)\n</code>\n" + output("42") + "\n" + answer("42"),
-        "unclosed_code_fence", lambda m: m[1]["tool_calls"] == call("print(6 * 7)"), id="unclosed-fence"),
+        "unclosed_code_fence",
+        lambda m: m[1]["tool_calls"] == call("print(6 * 7)"),
+        id="unclosed-fence",
+    ),
     pytest.param(
         "Compute.\n<code>\n```python\nprint(6 * 7)\n```\n" + output("42") + "\n" + answer("42"),
-        "unclosed_code_tag", lambda m: m[1]["tool_calls"] == call("print(6 * 7)") and m[2]["content"] == "42",
-        id="unclosed-code-tag"),
+        "unclosed_code_tag",
+        lambda m: m[1]["tool_calls"] == call("print(6 * 7)") and m[2]["content"] == "42",
+        id="unclosed-code-tag",
+    ),
     pytest.param(
         "It is 42.\n\n<answer>\n\\boxed{42}\n",
-        "unclosed_answer_tag", lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}", id="unclosed-answer"),
+        "unclosed_answer_tag",
+        lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}",
+        id="unclosed-answer",
+    ),
     pytest.param(
         "It is 42.\n\n<answer>\n42\n</answer>",
-        "answer_boxed_added", lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}", id="answer-without-boxed"),
+        "answer_boxed_added",
+        lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}",
+        id="answer-without-boxed",
+    ),
     pytest.param(
         "It is 42.\n\n" + answer("42") + "\n\nHope this helps! \\boxed{41}",
-        "text_after_answer_dropped", lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}", id="text-after-answer"),
+        "text_after_answer_dropped",
+        lambda m: m[-1]["content"] == "It is 42.\n\n\\boxed{42}",
+        id="text-after-answer",
+    ),
     pytest.param(
         code("print(6 * 7)") + "\n" + output("42") + "\n\nSo the answer is \\boxed{42}.",
-        "answer_without_tags", lambda m: m[-1]["content"] == "So the answer is \\boxed{42}.", id="boxed-without-tags"),
+        "answer_without_tags",
+        lambda m: m[-1]["content"] == "So the answer is \\boxed{42}.",
+        id="boxed-without-tags",
+    ),
 ]
 
 
@@ -156,38 +179,59 @@ def test_repairable_rows_are_fixed_and_counted(assistant, repair, check):
 
 GOOD_CODE = code("print(6 * 7)") + "\n"
 BROKEN = [
-    pytest.param(sft_row("q?", GOOD_CODE + "<interpreter>\n42\n" + answer("42")),
-                 "unclosed_tag", id="unclosed-interpreter"),
-    pytest.param(sft_row("q?", "<code>\n```python\nprint(1)\n```\n" + answer("1")),
-                 "unclosed_tag", id="unclosed-code-before-answer"),
+    pytest.param(
+        sft_row("q?", GOOD_CODE + "<interpreter>\n42\n" + answer("42")), "unclosed_tag", id="unclosed-interpreter"
+    ),
+    pytest.param(
+        sft_row("q?", "<code>\n```python\nprint(1)\n```\n" + answer("1")),
+        "unclosed_tag",
+        id="unclosed-code-before-answer",
+    ),
     pytest.param(sft_row("q?", "<answer>\n\\boxed{1}\n" + GOOD_CODE), "unclosed_tag", id="unclosed-answer-then-code"),
     pytest.param(sft_row("q?", output("42") + answer("42")), "output_without_code", id="output-without-code"),
-    pytest.param(sft_row("q?", GOOD_CODE + GOOD_CODE + output("42") + answer("42")),
-                 "code_without_output", id="two-codes"),
+    pytest.param(
+        sft_row("q?", GOOD_CODE + GOOD_CODE + output("42") + answer("42")), "code_without_output", id="two-codes"
+    ),
     pytest.param(sft_row("q?", GOOD_CODE + answer("42")), "code_without_output", id="code-then-answer"),
     pytest.param(sft_row("q?", "Look: " + GOOD_CODE), "code_without_output", id="code-at-end"),
-    pytest.param(sft_row("q?", GOOD_CODE + "Running it.\n" + output("42") + answer("42")),
-                 "text_between_code_and_output", id="text-between"),
-    pytest.param(sft_row("q?", "<code>\n```python\n\n```\n</code>" + output("") + answer("1")),
-                 "empty_code", id="empty-code"),
-    pytest.param(sft_row("q?", "<code>\n```python\nprint(1)\n```\nThis prints 1.\n</code>" + output("1") + answer("1")),
-                 "text_in_code_block", id="text-after-fence"),
+    pytest.param(
+        sft_row("q?", GOOD_CODE + "Running it.\n" + output("42") + answer("42")),
+        "text_between_code_and_output",
+        id="text-between",
+    ),
+    pytest.param(
+        sft_row("q?", "<code>\n```python\n\n```\n</code>" + output("") + answer("1")), "empty_code", id="empty-code"
+    ),
+    pytest.param(
+        sft_row("q?", "<code>\n```python\nprint(1)\n```\nThis prints 1.\n</code>" + output("1") + answer("1")),
+        "text_in_code_block",
+        id="text-after-fence",
+    ),
     pytest.param(sft_row("q?", "I do not know."), "no_final_answer", id="no-answer"),
     pytest.param(sft_row("q?", "<answer>\nfirst 1\nthen 2\n</answer>"), "answer_not_boxed", id="multiline-unboxed"),
     pytest.param(sft_row("q?", "<answer>\n\\boxed{}\n</answer>"), "empty_answer", id="empty-boxed"),
     pytest.param(sft_row("q?", "Done </interpreter> here.\n" + answer("1")), "stray_tag", id="stray-tag"),
-    pytest.param({"messages": [{"role": "user", "content": "What is 1+1?"},
-                               {"role": "assistant", "content": answer("2")}]},
-                 "no_question", id="no-marker"),
-    pytest.param({"messages": [{"role": "user", "content": raw_user("  ")},
-                               {"role": "assistant", "content": answer("2")}]},
-                 "no_question", id="empty-question"),
-    pytest.param({"messages": [{"role": "assistant", "content": answer("2")},
-                               {"role": "user", "content": raw_user("q")}]},
-                 "bad_row_layout", id="roles-swapped"),
+    pytest.param(
+        {"messages": [{"role": "user", "content": "What is 1+1?"}, {"role": "assistant", "content": answer("2")}]},
+        "no_question",
+        id="no-marker",
+    ),
+    pytest.param(
+        {"messages": [{"role": "user", "content": raw_user("  ")}, {"role": "assistant", "content": answer("2")}]},
+        "no_question",
+        id="empty-question",
+    ),
+    pytest.param(
+        {"messages": [{"role": "assistant", "content": answer("2")}, {"role": "user", "content": raw_user("q")}]},
+        "bad_row_layout",
+        id="roles-swapped",
+    ),
     pytest.param({"messages": [{"role": "user", "content": raw_user("q")}]}, "bad_row_layout", id="one-message"),
-    pytest.param({"messages": [{"role": "user", "content": raw_user("q")}, {"role": "assistant", "content": None}]},
-                 "bad_row_layout", id="null-content"),
+    pytest.param(
+        {"messages": [{"role": "user", "content": raw_user("q")}, {"role": "assistant", "content": None}]},
+        "bad_row_layout",
+        id="null-content",
+    ),
     pytest.param({"conversations": []}, "bad_row_layout", id="no-messages-column"),
 ]
 
@@ -305,8 +349,9 @@ def test_nothing_convertible_is_an_error(tmp_path, tool_yaml):
 def test_cli_summary_report_and_errors(tmp_path, tool_yaml, capsys):
     source = raw_parquet(tmp_path / "raw.parquet", mixed_rows())
     out, report = tmp_path / "sft.parquet", tmp_path / "report.json"
-    code_ = main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
-                  "--report", str(report)])
+    code_ = main(
+        ["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml), "--report", str(report)]
+    )
     printed = capsys.readouterr().out
     assert code_ == 0 and out.exists()
     assert "converted 2" in printed and "row 1: [no_question]" in printed and "row 3: [unclosed_tag]" in printed
@@ -316,8 +361,9 @@ def test_cli_summary_report_and_errors(tmp_path, tool_yaml, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tmp_path / "x.yaml")]) == 2
     assert "x.yaml not found" in capsys.readouterr().err
-    assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
-                 "--on-error", "fail"]) == 1
+    assert (
+        main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml), "--on-error", "fail"]) == 1
+    )
     assert "row 1" in capsys.readouterr().err
 
 
@@ -325,8 +371,12 @@ def test_cli_prompt_style(tmp_path, tool_yaml, capsys):
     source = raw_parquet(tmp_path / "raw.parquet", [two_call_row()])
     for style, expected in (("verl_retool", REFERENCE_USER), ("qwen_boxed", f"{QUESTION}\n\n{ANSWER_INSTRUCTION}")):
         out = tmp_path / f"{style}.parquet"
-        assert main(["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml),
-                     "--prompt-style", style]) == 0
+        assert (
+            main(
+                ["--input", str(source), "--output", str(out), "--tool-config", str(tool_yaml), "--prompt-style", style]
+            )
+            == 0
+        )
         assert f"prompt style {style}" in capsys.readouterr().out
         assert pq.read_table(out).to_pylist()[0]["messages"][0]["content"] == expected
     with pytest.raises(SystemExit):
@@ -337,9 +387,20 @@ def test_top_level_script_turns_an_unreachable_hub_into_advice(tmp_path, tool_ya
     """The real hub loading path (datasets.load_dataset), made to fail fast with the hub's offline switch."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     result = subprocess.run(
-        [sys.executable, str(REPO / "retool_sft_preprocess.py"), "--input", "JoeYing/ReTool-SFT",
-         "--output", str(tmp_path / "sft.parquet"), "--tool-config", str(tool_yaml)],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            str(REPO / "retool_sft_preprocess.py"),
+            "--input",
+            "JoeYing/ReTool-SFT",
+            "--output",
+            str(tmp_path / "sft.parquet"),
+            "--tool-config",
+            str(tool_yaml),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 2, result.stderr
     assert "JoeYing/ReTool-SFT" in result.stderr

@@ -43,8 +43,10 @@ def raw_rows() -> list[dict]:
         two_call_row(),
         sft_row("What is 2+2?", "Simple: 2+2=4.\n\n" + answer("4")),
         sft_row("Cube of 3?", "<code>\nprint(3 ** 3)\n</code>\n" + output("27") + "\n\nIt is 27.\n" + answer("27")),
-        sft_row("Unicode?",
-                "Compute \u00e9.\n" + code("print('\u00e9' * 2)") + "\n" + output("\u00e9\u00e9") + "\n" + answer("2")),
+        sft_row(
+            "Unicode?",
+            "Compute \u00e9.\n" + code("print('\u00e9' * 2)") + "\n" + output("\u00e9\u00e9") + "\n" + answer("2"),
+        ),
         # a call whose text before it is empty: the template then puts no newline before <tool_call>
         sft_row("Square of 12?", code("print(12 ** 2)") + "\n" + output("144") + "\n" + answer("144")),
     ]
@@ -72,8 +74,13 @@ def dataset(sft_parquet, tokenizer):
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
     # ignore_input_ids_mismatch stays False: verl asserts per-turn tokens == whole-conversation tokens per item
-    config = {"max_length": 4096, "truncation": "error", "pad_mode": "no_padding",
-              "messages_key": "messages", "tools_key": "tools"}
+    config = {
+        "max_length": 4096,
+        "truncation": "error",
+        "pad_mode": "no_padding",
+        "messages_key": "messages",
+        "tools_key": "tools",
+    }
     return MultiTurnSFTDataset(str(sft_parquet[0]), tokenizer, config)
 
 
@@ -82,8 +89,10 @@ def rl_schemas(sft_parquet) -> list[dict]:
     """The tool schemas ToolAgentLoop renders: model_dump of the tools verl builds from the same YAML."""
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    return [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True)
-            for t in initialize_tools_from_config(str(sft_parquet[1]))]
+    return [
+        t.tool_schema.model_dump(exclude_unset=True, exclude_none=True)
+        for t in initialize_tools_from_config(str(sft_parquet[1]))
+    ]
 
 
 def assistant_char_spans(text: str) -> list[tuple[int, int]]:
@@ -106,8 +115,10 @@ def test_the_fixture_is_the_real_template():
     tok = qwen_tokenizer_real_template()
     assert tok.chat_template == text.decode() and qwen_tokenizer().chat_template != tok.chat_template
     # no default system prompt, no <think> in the generation prompt
-    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True) \
+    assert (
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
         == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_both_templates_render_the_sft_rows_alike(sft_parquet):
@@ -117,8 +128,9 @@ def test_both_templates_render_the_sft_rows_alike(sft_parquet):
     for row in rows:
         messages = [{k: v for k, v in m.items() if v is not None} for m in row["messages"]]
         for kwargs in ({"add_generation_prompt": False}, {"add_generation_prompt": True}):
-            assert recipe.apply_chat_template(messages, tools=row["tools"], tokenize=False, **kwargs) == \
-                real.apply_chat_template(messages, tools=row["tools"], tokenize=False, **kwargs)
+            assert recipe.apply_chat_template(
+                messages, tools=row["tools"], tokenize=False, **kwargs
+            ) == real.apply_chat_template(messages, tools=row["tools"], tokenize=False, **kwargs)
         prompt = {"tools": row["tools"], "tokenize": False, "add_generation_prompt": True}
         assert recipe.apply_chat_template(messages[:1], **prompt) == real.apply_chat_template(messages[:1], **prompt)
 
@@ -166,7 +178,8 @@ def test_sft_tools_render_like_the_rl_tool_agent(dataset, rl_schemas, tokenizer)
     assert json.dumps(rl_schemas) == json.dumps(dataset.tools[0])
     user = [{"role": "user", "content": "x"}]
     assert tokenizer.apply_chat_template(user, tools=rl_schemas, tokenize=False) == tokenizer.apply_chat_template(
-        user, tools=dataset.tools[0], tokenize=False)
+        user, tools=dataset.tools[0], tokenize=False
+    )
 
 
 def rl_trajectory(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[list[int], list[int]]:
@@ -186,7 +199,7 @@ def rl_trajectory(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[l
         assistant = messages[index]
         rendered = tokenizer.apply_chat_template([assistant], tokenize=False)
         assert rendered.startswith(header) and rendered.endswith("<|im_end|>\n")
-        sampled = tokenizer.encode(rendered[len(header):-1], add_special_tokens=False)  # what the model emits
+        sampled = tokenizer.encode(rendered[len(header) : -1], add_special_tokens=False)  # what the model emits
         ids = builder.merge_assistant_tokens(ids, sampled).token_ids
         generated += [1] * len(sampled)
         history.append(assistant)
@@ -215,8 +228,10 @@ def test_rl_trajectory_is_the_sft_sequence(dataset, rl_schemas, tokenizer):
         # Every token RL counts as generated is trained by SFT. SFT also trains the newline after each
         # <|im_end|>, which RL never samples (verl inserts it as context before a tool result).
         differences = [j for j, (s, r) in enumerate(zip(sft_mask, rl_generated)) if s != r]
-        assert all(sft_mask[j] == 1 and rl_generated[j] == 0 and rl_ids[j] in newline and rl_ids[j - 1] == im_end
-                   for j in differences), item
+        assert all(
+            sft_mask[j] == 1 and rl_generated[j] == 0 and rl_ids[j] in newline and rl_ids[j - 1] == im_end
+            for j in differences
+        ), item
         assert len(differences) == sum(m["role"] == "assistant" for m in dataset.messages[item]) - 1
 
 
@@ -238,10 +253,11 @@ def test_rl_prompt_is_the_sft_prefix(rl_schemas, tokenizer, tmp_path):
         if style == "qwen_boxed":
             assert rl_prompt[0]["content"] == sft_messages[0]["content"]
             rl_ids = builder.build_initial_tokens(rl_prompt, tools=rl_schemas)
-            assert sft_ids[:len(rl_ids)] == rl_ids
+            assert sft_ids[: len(rl_ids)] == rl_ids
         else:
             assert rl_prompt[0]["content"] != sft_messages[0]["content"]
-            rl_text = tokenizer.apply_chat_template(rl_prompt, tools=rl_schemas, tokenize=False,
-                                                    add_generation_prompt=True)
+            rl_text = tokenizer.apply_chat_template(
+                rl_prompt, tools=rl_schemas, tokenize=False, add_generation_prompt=True
+            )
             rl_user, sft_user = rl_prompt[0]["content"], sft_messages[0]["content"]
             assert sft_text.startswith(rl_text.replace(rl_user, sft_user))

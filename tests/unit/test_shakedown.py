@@ -27,16 +27,18 @@ def parquet(path: Path, rows: int) -> str:
 
 def test_verl_acts_at_every_multiple_and_at_the_last_step():
     assert projection.every(10, 130) == 13  # the reference's saves (and validations after step 0)
-    assert projection.every(31, 186) == 6   # the reference SFT's saves
-    assert projection.every(4, 10) == 3     # 4, 8 and the last step
+    assert projection.every(31, 186) == 6  # the reference SFT's saves
+    assert projection.every(4, 10) == 3  # 4, 8 and the last step
     assert projection.every(-1, 5) == 0 and projection.every(None, 5) == 0
     assert projection.every("after_each_epoch", 5) == 0
 
 
 def test_planned_steps_from_the_config_or_from_the_data(tmp_path):
     assert planned_steps({"trainer": {"total_training_steps": 130}}) == 130
-    sft = {"trainer": {"total_training_steps": None, "total_epochs": 6},
-           "data": {"train_files": parquet(tmp_path / "sft.parquet", 2000), "train_batch_size": 64}}
+    sft = {
+        "trainer": {"total_training_steps": None, "total_epochs": 6},
+        "data": {"train_files": parquet(tmp_path / "sft.parquet", 2000), "train_batch_size": 64},
+    }
     assert planned_steps(sft) == 186  # 2,000 ReTool-SFT rows / 64 = 31 steps x 6 epochs
     sft["data"]["train_files"] = str(tmp_path / "missing.parquet")
     assert planned_steps(sft) is None
@@ -44,12 +46,22 @@ def test_planned_steps_from_the_config_or_from_the_data(tmp_path):
 
 def test_a_full_validation_is_projected_from_a_step_s_generation_never_below_the_measured_one(tmp_path):
     val = parquet(tmp_path / "aime.parquet", 30)
-    full = {"data": {"val_files": val, "val_max_samples": -1, "train_batch_size": 64},
-            "actor_rollout_ref": {"rollout": {"n": 16, "val_kwargs": {"n": 30}}},
-            "trainer": {"total_training_steps": 130, "test_freq": 10, "save_freq": 10, "val_before_train": True}}
+    full = {
+        "data": {"val_files": val, "val_max_samples": -1, "train_batch_size": 64},
+        "actor_rollout_ref": {"rollout": {"n": 16, "val_kwargs": {"n": 30}}},
+        "trainer": {"total_training_steps": 130, "test_freq": 10, "save_freq": 10, "val_before_train": True},
+    }
     stage = Stage("rl", config={}, full_config=full, events=Events(), launches=[])
-    measured = projection.Measured(step_s=300.0, steps_timed=2, save_s=20.0, startup_s=240.0, validation_s=100.0,
-                                   validation_step=0, validation_trajectories=16, generation_s=210.0)
+    measured = projection.Measured(
+        step_s=300.0,
+        steps_timed=2,
+        save_s=20.0,
+        startup_s=240.0,
+        validation_s=100.0,
+        validation_step=0,
+        validation_trajectories=16,
+        generation_s=210.0,
+    )
     projected = projection.project_rl(stage, measured)
     validation = 210.0 * 900 / 1024  # the full validation's 900 trajectories at a 1,024-trajectory step's pace
     assert projected.seconds == pytest.approx(240 + 14 * validation + 130 * 300 + 13 * 20)
@@ -57,13 +69,21 @@ def test_a_full_validation_is_projected_from_a_step_s_generation_never_below_the
     slow_validation = projection.Measured(**{**measured.__dict__, "validation_s": 400.0})
     assert projection.project_rl(stage, slow_validation).seconds == pytest.approx(240 + 14 * 400 + 130 * 300 + 13 * 20)
     assert projection.project_rl(stage, projection.Measured()).missing == [
-        "the step time", "the start-up", "a validation's time"]
+        "the step time",
+        "the start-up",
+        "a validation's time",
+    ]
 
 
 def test_sft_is_timed_by_the_gaps_between_its_steps(tmp_path):
     points = [Point(tmp_path / "e", 1000.0 + 10 * k + (5 if k == 1 else 0), k, "train/loss", 1.0) for k in range(1, 6)]
-    stage = Stage("sft", config={"trainer": {"default_local_dir": str(tmp_path)}}, full_config=None,
-                  events=Events(points), launches=[{"event": "start", "start": 900.0}])
+    stage = Stage(
+        "sft",
+        config={"trainer": {"default_local_dir": str(tmp_path)}},
+        full_config=None,
+        events=Events(points),
+        launches=[{"event": "start", "start": 900.0}],
+    )
     measured = projection.measure_sft(stage)
     assert measured.step_s == 10.0 and measured.steps_timed == 4
     assert measured.startup_s == pytest.approx(1015.0 - 900.0 - 10.0)  # to step 1, less one step
@@ -88,9 +108,19 @@ def rl_folder(tmp_path: Path, saved: tuple[int, ...]) -> Path:
     (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(max(saved)))
     (run / "rollouts").mkdir()
     (run / "rollouts" / "1.jsonl").write_text(
-        "".join(json.dumps({"input": f"prompt {i // 2}", "output": "x"}) + "\n" for i in range(4)))
-    (run / "rl.resolved.yaml").write_text(yaml.safe_dump({"trainer": {
-        "default_local_dir": str(checkpoints), "total_training_steps": 2, "rollout_data_dir": str(run / "rollouts")}}))
+        "".join(json.dumps({"input": f"prompt {i // 2}", "output": "x"}) + "\n" for i in range(4))
+    )
+    (run / "rl.resolved.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {
+                    "default_local_dir": str(checkpoints),
+                    "total_training_steps": 2,
+                    "rollout_data_dir": str(run / "rollouts"),
+                }
+            }
+        )
+    )
     return run
 
 
@@ -116,8 +146,12 @@ def test_a_first_launch_that_did_not_stop_at_step_1_cannot_be_resumed(tmp_path, 
 
 
 def test_a_resumed_step_counts_once_in_the_failure_totals():
-    records = [{"step": 1, "partition": "train"}, {"step": 2, "partition": "train", "expected": 1},
-               {"step": 2, "partition": "train", "expected": 2}, {"stop": True, "step": 2}]
+    records = [
+        {"step": 1, "partition": "train"},
+        {"step": 2, "partition": "train", "expected": 1},
+        {"step": 2, "partition": "train", "expected": 2},
+        {"stop": True, "step": 2},
+    ]
     kept = latest_records(records)
     assert [r.get("expected") for r in kept if r.get("step") == 2 and not r.get("stop")] == [2]
     assert len(kept) == 3

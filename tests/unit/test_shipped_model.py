@@ -29,7 +29,8 @@ def test_the_shipped_model_fits_the_smoke_s_build(tmp_path):
     opts = smoke_build_options(tmp_path)
     assert record["key"] == shipped_model.key(opts.model_inputs(), opts.data_inputs()), (
         "assets/smoke_model was made from other options than run_smoke_cpu.sh builds: refresh it "
-        "(retool/smoke/shipped_model.py says how)")
+        "(retool/smoke/shipped_model.py says how)"
+    )
     for name in shipped_model.FILES:
         assert shipped_model.sha256(shipped_model.SHIPPED_DIR / name) == record["sha256"][name], name
     pretrain = record["summary"]["pretrain"]

@@ -66,8 +66,13 @@ def test_sft_rows_have_the_retool_sft_layout() -> None:
         assert ANSWER_BLOCK.search(reply), reply
         assert int(ANSWER_BLOCK.search(reply).group(1)) == _expected_answer(problem.question) == problem.answer
         # text between tool rounds and the answer block: nothing but the tags we put there
-        assert reply.count("<code>") == reply.count("</code>") == reply.count("<interpreter>") == len(
-            TOOL_ROUND.findall(reply)) <= 1
+        assert (
+            reply.count("<code>")
+            == reply.count("</code>")
+            == reply.count("<interpreter>")
+            == len(TOOL_ROUND.findall(reply))
+            <= 1
+        )
 
 
 def test_tool_code_in_the_traces_prints_the_answer() -> None:
@@ -99,8 +104,10 @@ def test_rl_rows_have_the_dapo_math_layout() -> None:
         assert list(row) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
         assert row["data_source"] == "math_dapo" and row["ability"] == "MATH"
         assert row["prompt"] == [{"content": DAPO_PREFIX + problem.question + DAPO_SUFFIX, "role": "user"}]
-        assert row["reward_model"] == {"ground_truth": str(_expected_answer(problem.question)),
-                                       "style": "rule-lighteval/MATH_v2"}
+        assert row["reward_model"] == {
+            "ground_truth": str(_expected_answer(problem.question)),
+            "style": "rule-lighteval/MATH_v2",
+        }
         assert list(row["extra_info"]) == ["index"]
         assert uuid.UUID(row["extra_info"]["index"]).version == 4
     assert len({r["extra_info"]["index"] for r in rows}) == 30
@@ -156,8 +163,16 @@ def _sha256(path: Path) -> str:
 
 
 # a few pre-training steps: enough to check the step runs and lowers the loss, not to learn copying (minutes)
-SMALL = dict(sft_rows=32, sft_val_rows=8, rl_rows=16, rl_val_rows=8, aime_rows=5, seed=0, pretrain_rows=64,
-             pretrain=PretrainOptions(steps=12, batch_size=8, lr=3e-3))
+SMALL = dict(
+    sft_rows=32,
+    sft_val_rows=8,
+    rl_rows=16,
+    rl_val_rows=8,
+    aime_rows=5,
+    seed=0,
+    pretrain_rows=64,
+    pretrain=PretrainOptions(steps=12, batch_size=8, lr=3e-3),
+)
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +201,12 @@ def test_tiny_model_loads_with_transformers_and_generates(assets: tuple[Path, di
     assert (config.eos_token_id, config.pad_token_id) == (im_end, endoftext) and tool_call == endoftext + 14
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == manifest["model"]["num_parameters"] and 0.8e6 < n_params < 2e6
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 347 * 829?"}],
-                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 347 * 829?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     generated = model.generate(**prompt, max_new_tokens=6, do_sample=False)
     assert generated.shape[1] > prompt["input_ids"].shape[1]
 
@@ -200,8 +219,13 @@ def test_build_writes_converted_data_and_a_manifest(assets: tuple[Path, dict]) -
     assert json.loads((out / "manifest.json").read_text()) == manifest
     data = manifest["data"]
     assert {rel: info["rows"] for rel, info in data.items()} == {
-        "data/sft_train.parquet": 32, "data/sft_val.parquet": 8, "data/pretrain.parquet": 64,
-        "data/rl_train.parquet": 16, "data/rl_val_synthetic.parquet": 8, "data/rl_val_aime2025.parquet": 5}
+        "data/sft_train.parquet": 32,
+        "data/sft_val.parquet": 8,
+        "data/pretrain.parquet": 64,
+        "data/rl_train.parquet": 16,
+        "data/rl_val_synthetic.parquet": 8,
+        "data/rl_val_aime2025.parquet": 5,
+    }
     assert data["data/sft_train.parquet"]["tool_rate"] == 0.5
     assert data["data/pretrain.parquet"]["tool_rate"] == 1.0
     assert data["data/rl_train.parquet"]["data_sources"] == ["synthetic_arith"]
@@ -212,14 +236,19 @@ def test_build_writes_converted_data_and_a_manifest(assets: tuple[Path, dict]) -
     rl_prompt = data["data/rl_train.parquet"]["prompt_tokens"]
     assert abs(sft_prompt["mean"] - rl_prompt["mean"]) <= 10, (sft_prompt, rl_prompt)
     rl = pq.read_table(out / "data/rl_train.parquet").to_pylist()
-    assert all(r["reward_model"]["ground_truth"] == str(_expected_answer(
-        re.search(r"What is [^?]*\?", r["prompt"][-1]["content"]).group(0))) for r in rl)
+    assert all(
+        r["reward_model"]["ground_truth"]
+        == str(_expected_answer(re.search(r"What is [^?]*\?", r["prompt"][-1]["content"]).group(0)))
+        for r in rl
+    )
     # One prompt shape everywhere: question, blank line, the qwen_boxed instruction (SFT, RL, synthetic and AIME val).
     assert manifest["data_inputs"]["profile"] == "improved"
     suffix = f"\n\n{ANSWER_INSTRUCTION}"
-    for rel, question_of in (("data/sft_train.parquet", lambda r: r["messages"][0]["content"]),
-                             ("data/rl_train.parquet", lambda r: r["prompt"][0]["content"]),
-                             ("data/rl_val_synthetic.parquet", lambda r: r["prompt"][0]["content"])):
+    for rel, question_of in (
+        ("data/sft_train.parquet", lambda r: r["messages"][0]["content"]),
+        ("data/rl_train.parquet", lambda r: r["prompt"][0]["content"]),
+        ("data/rl_val_synthetic.parquet", lambda r: r["prompt"][0]["content"]),
+    ):
         for r in pq.read_table(out / rel).to_pylist():
             prompt = question_of(r)
             assert prompt.endswith(suffix) and QUESTION.match(prompt.removesuffix(suffix)), (rel, prompt)
@@ -245,8 +274,11 @@ def test_build_is_idempotent_and_rebuilds_only_what_changed(assets: tuple[Path, 
     assert (more["model_built"], more["data_built"]) == (True, True)  # the tokenizer is trimmed to the data
     assert more["data"]["data/rl_train.parquet"]["rows"] == 24
 
-    longer = build.build_assets(build.BuildOptions(**{**opts.__dict__, "rl_rows": 24,
-                                                       "pretrain": PretrainOptions(steps=13, batch_size=8, lr=3e-3)}))
+    longer = build.build_assets(
+        build.BuildOptions(
+            **{**opts.__dict__, "rl_rows": 24, "pretrain": PretrainOptions(steps=13, batch_size=8, lr=3e-3)}
+        )
+    )
     assert (longer["model_built"], longer["data_built"]) == (True, False)  # other pre-training: only the model
 
     forced = build.build_assets(build.BuildOptions(**{**opts.__dict__, "force": True}))
@@ -310,4 +342,4 @@ def test_a_shared_prefix_gives_the_hidden_states_of_whole_sequences(assets: tupl
         shared = _hidden_states(model, torch.tensor([encoded[0].ids[:prefix]]), ids)
         for row, conv in enumerate(encoded):
             whole = model.model(input_ids=torch.tensor([conv.ids])).last_hidden_state[0, prefix:]
-            torch.testing.assert_close(shared[row, :len(conv.ids) - prefix], whole, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(shared[row, : len(conv.ids) - prefix], whole, rtol=1e-4, atol=1e-4)

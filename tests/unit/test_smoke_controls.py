@@ -38,14 +38,15 @@ def _scored_copy(text: str, truth: str) -> dict:
 def test_answers_copied_from_the_wrong_tools_score_minus_one_through_the_real_sandbox():
     with running_sandbox() as url:
         config = {"sandbox_fusion_url": f"{url}/run_code", "behaviour": "annotated"}
-        (wrong, status), (plus_one, _) = (asyncio.run(cls(config).run_code("print(876 * 530 + 15)"))
-                                          for cls in (WrongResultTool, OffByOneTool))
+        (wrong, status), (plus_one, _) = (
+            asyncio.run(cls(config).run_code("print(876 * 530 + 15)")) for cls in (WrongResultTool, OffByOneTool)
+        )
     assert (wrong, plus_one, status["status"]) == ("919740", "464296", "ok")  # the sandbox printed 464295
     for text in (wrong, plus_one):
         assert (_scored_copy(text, "464295")["score"], _scored_copy(text, "464295")["acc"]) == (-1.0, 0.0)
     # the off-by-one reply is one slip from right (copied minus one); no single-digit slip rescues the shifted one
     assert _scored_copy("464295", "464295")["acc"] == 1.0
-    slips = {wrong[:i] + d + wrong[i + 1:] for i in range(len(wrong)) for d in "0123456789"}
+    slips = {wrong[:i] + d + wrong[i + 1 :] for i in range(len(wrong)) for d in "0123456789"}
     assert not any(_scored_copy(slip, "464295")["acc"] for slip in slips)
 
 
@@ -65,7 +66,8 @@ def test_the_wrong_tool_yaml_is_the_profile_yaml_with_the_class_swapped(tmp_path
     off_by_one_class = learning_run.TOOL_CONTROLS["off_by_one_tool"]
     diagnostic = learning_run.wrong_tool_config(source, tmp_path / "t2.yaml", off_by_one_class)
     assert [t["class_name"] for t in yaml.safe_load(diagnostic.read_text())["tools"]] == [
-        "retool.smoke.controls.OffByOneTool"]
+        "retool.smoke.controls.OffByOneTool"
+    ]
     assert [t["config"] for t in swapped["tools"]] == [t["config"] for t in original["tools"]]
     (tmp_path / "other.yaml").write_text(yaml.safe_dump({"tools": [{"class_name": "my.Tool", "config": {}}]}))
     with pytest.raises(ValueError, match="must list only retool.tool.CodeInterpreterTool"):
@@ -76,8 +78,13 @@ def test_overrides_select_seed_and_control(tmp_path):
     plain = learning_run.overrides()
     assert plain == ["+smoke=rl", "trainer.experiment_name=learning-grpo"]
     seeded = learning_run.overrides(steps=6, val_n=2, seed=3)
-    assert {"trainer.total_training_steps=6", "trainer.test_freq=6", "actor_rollout_ref.rollout.val_kwargs.n=2",
-            "data.seed=3", "actor_rollout_ref.rollout.seed=3"} <= set(seeded)
+    assert {
+        "trainer.total_training_steps=6",
+        "trainer.test_freq=6",
+        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        "data.seed=3",
+        "actor_rollout_ref.rollout.seed=3",
+    } <= set(seeded)
     negated = learning_run.overrides(control="negated")
     assert "reward.custom_reward_function.name=negated_score" in negated
     wrong = learning_run.overrides(control="wrong_tool", wrong_tool_yaml=tmp_path / "t.yaml")

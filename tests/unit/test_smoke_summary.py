@@ -17,26 +17,52 @@ QUESTIONS = [f"What is {i} * 11?" for i in range(6)]
 def make_run(run_dir: Path) -> None:
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "stages.tsv").write_text("assets\t0\t10\nsft\t10\t410\nmerge\t410\t420\nrl\t420\t700\n")
-    (run_dir / "logs" / "memory.tsv").write_text("".join(f"{t}\t{1048576 * (1 + t // 100)}\n"
-                                                         for t in range(0, 700, 50)))
-    (run_dir / "logs" / "host.json").write_text(json.dumps({
-        "cpu_model": "AMD EPYC 7763", "cores": 2, "flags": ["avx2"], "isa_limits": {}, "dtype": "float32",
-        "dtype_reason": "the CPU has no native bf16"}))
+    (run_dir / "logs" / "memory.tsv").write_text(
+        "".join(f"{t}\t{1048576 * (1 + t // 100)}\n" for t in range(0, 700, 50))
+    )
+    (run_dir / "logs" / "host.json").write_text(
+        json.dumps(
+            {
+                "cpu_model": "AMD EPYC 7763",
+                "cores": 2,
+                "flags": ["avx2"],
+                "isa_limits": {},
+                "dtype": "float32",
+                "dtype_reason": "the CPU has no native bf16",
+            }
+        )
+    )
     val_file = run_dir / "rl_val_synthetic.parquet"
     pq.write_table(pa.table({"prompt": [[{"role": "user", "content": q}] for q in QUESTIONS]}), val_file)
-    (run_dir / "sft.resolved.yaml").write_text(yaml.safe_dump(
-        {"engine": {"mixed_precision": {"param_dtype": "float32"}}}))
-    (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump({
-        "data": {"val_files": [str(val_file), str(run_dir / "rl_val_aime2025.parquet")]},
-        "actor_rollout_ref": {"actor": {"fsdp_config": {"mixed_precision": {"param_dtype": "float32"}}},
-                              "rollout": {"dtype": "float32"}}}))
-    for folder, step, used in (("validation", 0, 0.0), ("validation", 5, 1.0), ("rollouts", 1, 0.0),
-                               ("rollouts", 2, 1.0)):
+    (run_dir / "sft.resolved.yaml").write_text(
+        yaml.safe_dump({"engine": {"mixed_precision": {"param_dtype": "float32"}}})
+    )
+    (run_dir / "rl.resolved.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "data": {"val_files": [str(val_file), str(run_dir / "rl_val_aime2025.parquet")]},
+                "actor_rollout_ref": {
+                    "actor": {"fsdp_config": {"mixed_precision": {"param_dtype": "float32"}}},
+                    "rollout": {"dtype": "float32"},
+                },
+            }
+        )
+    )
+    for folder, step, used in (
+        ("validation", 0, 0.0),
+        ("validation", 5, 1.0),
+        ("rollouts", 1, 0.0),
+        ("rollouts", 2, 1.0),
+    ):
         (run_dir / folder).mkdir(exist_ok=True)
-        rows = [{"input": f"user\n{q}\nassistant\n", "output": "\\boxed{1}", "score": -1.0, "acc": 0.0,
-                 "used_tool": used} for q in QUESTIONS for _ in range(2)]
-        rows.append({"input": "user\nAn AIME problem\nassistant\n", "output": "", "score": -1.4, "acc": 0.0,
-                     "used_tool": 0.0})
+        rows = [
+            {"input": f"user\n{q}\nassistant\n", "output": "\\boxed{1}", "score": -1.0, "acc": 0.0, "used_tool": used}
+            for q in QUESTIONS
+            for _ in range(2)
+        ]
+        rows.append(
+            {"input": "user\nAn AIME problem\nassistant\n", "output": "", "score": -1.4, "acc": 0.0, "used_tool": 0.0}
+        )
         (run_dir / folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -98,5 +124,7 @@ def test_an_async_run_s_summary_says_how_stale_its_data_was(tmp_path):
     s = summarise(tmp_path / "run")
     assert s["trainer_mode"] == "separate_async"
     assert s["off_policy"]["staleness_mean"] == 0.75 and s["off_policy"]["staleness_max"] == 2
-    assert ("Trainer mode `separate_async`: trained trajectories were 0.75 model versions behind on average (most 2"
-            in render_markdown(s))
+    assert (
+        "Trainer mode `separate_async`: trained trajectories were 0.75 model versions behind on average (most 2"
+        in render_markdown(s)
+    )

@@ -22,16 +22,45 @@ def test_parts_outcomes_and_totals_from_a_real_pytest_report(tmp_path):
         "import pytest, time\n"
         "def test_slow():\n    time.sleep(0.3)\n"
         "def test_fails():\n    assert 0\n"
-        "@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n")
+        "@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n"
+    )
     report = tmp_path / "suite.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                    "--rootdir", str(tmp_path), str(tests)], cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            "--rootdir",
+            str(tmp_path),
+            str(tests),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     cases, suite = suite_times.read_cases(report)
     assert {c["part"] for c in cases} == {"tests/unit"}
     assert sorted(c["outcome"] for c in cases) == ["failed", "passed", "skipped"]
     out = tmp_path / "performance.md"
-    assert suite_times.main([str(report), "--label", "AVX2-only (emulated)", "--make-wall-s", "600",
-                             "--commit", "abc1234", "--output", str(out)]) == 0
+    assert (
+        suite_times.main(
+            [
+                str(report),
+                "--label",
+                "AVX2-only (emulated)",
+                "--make-wall-s",
+                "600",
+                "--commit",
+                "abc1234",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
     assert "<!-- test-suite-avx2-only-emulated:start -->" in text
     assert "by `make test` at commit abc1234 (" in text
@@ -44,8 +73,22 @@ def test_parts_outcomes_and_totals_from_a_real_pytest_report(tmp_path):
     e2e.mkdir()
     (e2e / "test_run.py").write_text("import time\ndef test_run():\n    time.sleep(0.2)\n")
     second = tmp_path / "e2e.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={second}",
-                    "--rootdir", str(tmp_path), str(e2e)], cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={second}",
+            "--rootdir",
+            str(tmp_path),
+            str(e2e),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     assert suite_times.main([str(report), str(second), "--label", "two phases", "--output", str(out)]) == 0
     text = out.read_text()
     assert "| `tests/e2e` | 1 | 1 passed |" in text and "| `tests/unit` | 3 |" in text
@@ -63,6 +106,7 @@ def test_a_file_that_is_not_a_junit_report_is_a_clear_error(tmp_path, capsys):
 
 
 def test_without_commit_the_recipe_checkout_is_named():
-    described = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
-                               capture_output=True, text=True).stdout.strip()
+    described = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
     assert suite_times.checkout_commit() == (described or None)

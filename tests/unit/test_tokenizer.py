@@ -13,9 +13,17 @@ from retool_data_helpers import AIME_DIR, TOOL_SCHEMA, qwen_tokenizer, qwen_toke
 from retool.smoke.tokenizer import QWEN_TOKEN_IDS, qwen_bpe_file
 
 OFFICIAL = {  # ids as published in the Qwen2.5 / Qwen3 tokenizer configs
-    "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|video_pad|>": 151656,
-    "<tool_call>": 151657, "</tool_call>": 151658, "<|file_sep|>": 151664, "<tool_response>": 151665,
-    "</tool_response>": 151666, "<think>": 151667, "</think>": 151668,
+    "<|endoftext|>": 151643,
+    "<|im_start|>": 151644,
+    "<|im_end|>": 151645,
+    "<|video_pad|>": 151656,
+    "<tool_call>": 151657,
+    "</tool_call>": 151658,
+    "<|file_sep|>": 151664,
+    "<tool_response>": 151665,
+    "</tool_response>": 151666,
+    "<think>": 151667,
+    "</think>": 151668,
 }
 
 
@@ -50,8 +58,8 @@ def sample_texts() -> list[str]:
     texts += [json.loads(line)["solution"] for line in (AIME_DIR / "aime2024/test.jsonl").read_text().splitlines()]
     texts += [
         "def f(x):\n\treturn x**2  # 1234567890\n\n\n   \r\n",
-        "Caf\u0065\u0301 na\u00efve \u4e2d\u6587 \u65e5\u672c\u8a9e \U0001F642\U0001F642 I'm you'LL",
-        "<|im_start|>user\nhi<|im_end|>\n<tool_call>\n{\"name\": \"code_interpreter\"}\n</tool_call><think></think>",
+        "Caf\u0065\u0301 na\u00efve \u4e2d\u6587 \u65e5\u672c\u8a9e \U0001f642\U0001f642 I'm you'LL",
+        '<|im_start|>user\nhi<|im_end|>\n<tool_call>\n{"name": "code_interpreter"}\n</tool_call><think></think>',
     ]
     return texts
 
@@ -71,12 +79,19 @@ def test_skip_special_tokens_keeps_tool_and_think_markers(tok):
 
 CONVERSATION = [
     {"role": "user", "content": "What is 2+2?"},
-    {"role": "assistant", "content": "Let me run it.",
-     "tool_calls": [{"type": "function",
-                     "function": {"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}}]},
+    {
+        "role": "assistant",
+        "content": "Let me run it.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}}
+        ],
+    },
     {"role": "tool", "content": "4"},
-    {"role": "assistant", "content": "",
-     "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": '{"code": "1"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": '{"code": "1"}'}}],
+    },
     {"role": "tool", "content": "1"},
     {"role": "tool", "content": "2"},
     {"role": "assistant", "content": "\\boxed{4}"},
@@ -87,13 +102,13 @@ EXPECTED = (
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
     + json.dumps(TOOL_SCHEMA)
     + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
     "</tool_call><|im_end|>\n"
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
     "<|im_start|>assistant\nLet me run it.\n<tool_call>\n"
     '{"name": "code_interpreter", "arguments": {"code": "print(2+2)"}}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n"
-    '<|im_start|>assistant\n<tool_call>\n'
+    "<|im_start|>assistant\n<tool_call>\n"
     '{"name": "code_interpreter", "arguments": {"code": "1"}}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
     "<|im_start|>assistant\n\\boxed{4}<|im_end|>\n"
@@ -107,10 +122,13 @@ def test_chat_template_renders_the_hermes_tool_format(tok):
 
 
 def test_chat_template_system_and_plain_turns(tok):
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    ]
     assert tok.apply_chat_template(messages, tokenize=False) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n")
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+    )
     with_tools = tok.apply_chat_template(messages, tools=[TOOL_SCHEMA], tokenize=False)
     assert with_tools.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n") and with_tools.count("<|im_start|>") == 2
     # No default system prompt: a lone user turn is just that turn.
@@ -153,7 +171,7 @@ def test_tool_agent_loop_token_stream_equals_the_full_render(tok):
     full = tok.apply_chat_template(messages, tools=tools, tokenize=True, add_generation_prompt=True)["input_ids"]
     assert ids == full
     # Only the generated tokens carry loss: the response part of the mask is 1 exactly on them.
-    response = ids[len(ids) - len(mask):]
+    response = ids[len(ids) - len(mask) :]
     assert tok.decode([t for t, m in zip(response, mask) if m]) == generated_text
     assert "<tool_response>" in tok.decode([t for t, m in zip(response, mask) if not m])
 
@@ -166,8 +184,9 @@ def trimmed(tmp_path_factory):
     from retool.smoke.tokenizer import build_qwen_tokenizer
 
     def keep(full):
-        rendered = full.apply_chat_template(CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False,
-                                            add_generation_prompt=True)
+        rendered = full.apply_chat_template(
+            CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False, add_generation_prompt=True
+        )
         return [rendered, *sample_texts()[:20]]
 
     return AutoTokenizer.from_pretrained(build_qwen_tokenizer(tmp_path_factory.mktemp("trimmed"), keep=keep))
@@ -178,8 +197,9 @@ def test_trimmed_table_encodes_its_texts_into_the_same_tokens(tok, trimmed):
     for text in sample_texts()[:20] + [EXPECTED]:
         ids = trimmed.encode(text, add_special_tokens=False)
         assert trimmed.convert_ids_to_tokens(ids) == tok.convert_ids_to_tokens(tok.encode(text)), text[:60]
-    rendered = trimmed.apply_chat_template(CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False,
-                                           add_generation_prompt=True)
+    rendered = trimmed.apply_chat_template(
+        CONVERSATION, tools=[TOOL_SCHEMA], tokenize=False, add_generation_prompt=True
+    )
     assert rendered == EXPECTED
 
 
@@ -192,5 +212,7 @@ def test_trimmed_table_still_encodes_any_text_and_keeps_the_qwen_layout(tok, tri
     assert first == len(trimmed) - len(QWEN_TOKEN_IDS)
     assert [trimmed.convert_tokens_to_ids(t) - first for t in QWEN_TOKEN_IDS] == list(range(len(QWEN_TOKEN_IDS)))
     assert (trimmed.eos_token, trimmed.pad_token) == ("<|im_end|>", "<|endoftext|>")
-    assert trimmed.decode(trimmed.encode("<tool_call>x</tool_call><|im_end|>"), skip_special_tokens=True) == \
-        "<tool_call>x</tool_call>"
+    assert (
+        trimmed.decode(trimmed.encode("<tool_call>x</tool_call><|im_end|>"), skip_special_tokens=True)
+        == "<tool_call>x</tool_call>"
+    )

@@ -29,15 +29,20 @@ from retool.tool_text import (
 
 
 def reply(status="Success", run_status="Finished", stdout="out\n", stderr="err\n", return_code=0, message=""):
-    body = {"status": status, "message": message,
-            "run_result": {"status": run_status, "return_code": return_code, "stdout": stdout, "stderr": stderr}}
+    body = {
+        "status": status,
+        "message": message,
+        "run_result": {"status": run_status, "return_code": return_code, "stdout": stdout, "stderr": stderr},
+    }
     outcome, problem = classify(body)
     return Reply(outcome, body, problem)
 
 
 def test_these_rules_hold_with_verl_unimportable():
-    code = ("import sys; sys.modules['verl'] = None; import pytest; "
-            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, '-k', 'not unimportable']))")
+    code = (
+        "import sys; sys.modules['verl'] = None; import pytest; "
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, '-k', 'not unimportable']))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
@@ -95,13 +100,15 @@ def test_truncate_middle_keeps_head_and_tail_within_limit():
 def test_annotated_reply_labels_stderr_and_states_what_happened():
     assert annotated_reply(reply(stdout="42\n", stderr=""), 30, 2048) == ("42", 0)
     assert annotated_reply(reply(stdout="", stderr=""), 30, 2048) == ("(no output)", 0)
-    text, _ = annotated_reply(reply("Failed", stdout="before\n", stderr="Traceback\nValueError: x\n", return_code=1),
-                              30, 2048)
+    text, _ = annotated_reply(
+        reply("Failed", stdout="before\n", stderr="Traceback\nValueError: x\n", return_code=1), 30, 2048
+    )
     assert text == "before\n[stderr]\nTraceback\nValueError: x\n[exit code 1]"
     text, _ = annotated_reply(reply("Failed", "Finished", stdout="", stderr="", return_code=-9), 30, 2048)
     assert text == "[exit code -9 (killed by signal 9)]"
-    text, _ = annotated_reply(reply("Failed", "TimeLimitExceeded", stdout="step 1\n", stderr="", return_code=None),
-                              5, 2048)
+    text, _ = annotated_reply(
+        reply("Failed", "TimeLimitExceeded", stdout="step 1\n", stderr="", return_code=None), 5, 2048
+    )
     assert text == "step 1\n[Execution timed out after 5 s; the output above is partial]"
     text, _ = annotated_reply(reply("SandboxError", "Error", stdout="", stderr="", message="runner crashed"), 5, 2048)
     assert text == "[sandbox error, the code may not have run: runner crashed]"
@@ -109,14 +116,24 @@ def test_annotated_reply_labels_stderr_and_states_what_happened():
 
 def test_annotated_reply_cuts_the_middle_and_keeps_the_note():
     body = "FIRST\n" + "\n".join(str(i) for i in range(3000)) + "\n"
-    text, cut = annotated_reply(reply("Failed", stdout=body, stderr="ValueError: the real error\n", return_code=1),
-                                30, 600)
+    text, cut = annotated_reply(
+        reply("Failed", stdout=body, stderr="ValueError: the real error\n", return_code=1), 30, 600
+    )
     assert len(text) <= 600 and cut > 10_000 and "characters cut" in text
     assert text.startswith("FIRST") and "ValueError: the real error" in text and text.endswith("[exit code 1]")
 
 
-@pytest.mark.parametrize("body", ["<html>", None, [], {"status": "Success", "run_result": "oops"}, {"x": 1},
-                                  {"status": "Success", "run_result": {"status": "Finished", "stdout": 5}}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<html>",
+        None,
+        [],
+        {"status": "Success", "run_result": "oops"},
+        {"x": 1},
+        {"status": "Success", "run_result": {"status": "Finished", "stdout": 5}},
+    ],
+)
 def test_replies_of_the_wrong_shape_are_unavailable(body):
     outcome, problem = classify(body)
     assert outcome == "unavailable" and "malformed" in problem
@@ -166,8 +183,9 @@ def test_verl_retool_takes_the_first_python_block_only():
 )
 def test_verl_retool_wraps_the_last_line_in_print(code, sent):
     assert prepare_code(code, "verl_retool") == sent
-    assert prepare_code(f"Run this:\n```python\n{code}\n```\n", "verl_retool") == prepare_code(code.strip(),
-                                                                                             "verl_retool")
+    assert prepare_code(f"Run this:\n```python\n{code}\n```\n", "verl_retool") == prepare_code(
+        code.strip(), "verl_retool"
+    )
 
 
 def test_verl_retool_reply_is_stdout_plus_stderr_only_when_finished():
@@ -205,7 +223,8 @@ def test_settings_validation_names_the_key():
             ToolSettings.from_config({**base, **bad})
     assert ToolSettings.from_config({"sandbox_fusion_url": "http://h:1"}).sandbox_fusion_url == "http://h:1/run_code"
     assert ToolSettings.from_config({"sandbox_fusion_url": "http://h:1/x/run_code"}).sandbox_fusion_url == (
-        "http://h:1/x/run_code")
+        "http://h:1/x/run_code"
+    )
 
 
 def test_settings_default_to_the_reference_tool_and_validate_behaviour():
@@ -218,8 +237,9 @@ def test_settings_default_to_the_reference_tool_and_validate_behaviour():
 
 
 def test_client_policy_deadline_covers_queue_run_and_margin():
-    settings = ToolSettings.from_config({"sandbox_fusion_url": "http://h:1", "default_timeout": 3,
-                                         "queue_timeout_s": 30, "http_timeout_margin_s": 1})
+    settings = ToolSettings.from_config(
+        {"sandbox_fusion_url": "http://h:1", "default_timeout": 3, "queue_timeout_s": 30, "http_timeout_margin_s": 1}
+    )
     assert settings.client_policy().attempt_deadline() == 34
 
 

@@ -201,14 +201,14 @@ class SandboxApp:
         except RequestError as exc:
             return self._reject(exc.loc, exc.msg)
         if self.state == "stopping":
-            return _stopping("the server is stopping; retry on the next one")
+            return _retry_later("the server is stopping; retry on the next one", 503)
         if session_id is not None:
             return await self._run_session(session_id, spec)
         slot = await self.pool.acquire(self.cfg.queue_timeout)
         if slot is None:
             self.counters.queue_timeouts += 1
             msg = f"all {self.pool.size} slots stayed busy for the {self.cfg.queue_timeout:g} s queue timeout; retry"
-            return web.json_response({"status": "SandboxError", "message": msg}, status=504)
+            return _retry_later(msg, 504)
         try:
             outcome = await self.executor.run(slot, spec)
         except Exception as exc:  # a server-side failure must answer SandboxError, not a 500 page
@@ -226,9 +226,9 @@ class SandboxApp:
             outcome = await self.sessions.run(session_id, spec, self.cfg.queue_timeout, self.pool)
         except SessionsFull as exc:
             self.counters.queue_timeouts += 1
-            return web.json_response({"status": "SandboxError", "message": str(exc)}, status=504)
+            return _retry_later(str(exc), 504)
         except ServerStopping as exc:
-            return _stopping(f"session {session_id!r}: {exc}")
+            return _retry_later(f"session {session_id!r}: {exc}", 503)
         except Exception as exc:  # a server-side failure must answer SandboxError, not a 500 page
             log.exception("session %r failed", session_id)
             outcome = RunOutcome("Error", None, None, "", "", error=f"sandbox failure: {exc!r}")
@@ -238,7 +238,7 @@ class SandboxApp:
                 f"session {session_id!r}: no slot (or an earlier call of this session still running) within the "
                 f"{self.cfg.queue_timeout:g} s queue timeout; retry"
             )
-            return web.json_response({"status": "SandboxError", "message": msg}, status=504)
+            return _retry_later(msg, 504)
         payload = run_response(outcome)
         self._count(payload, outcome)
         return web.json_response(payload)
@@ -250,10 +250,11 @@ class SandboxApp:
         self.counters.truncated_output += outcome.truncated
 
 
-def _stopping(message: str) -> web.Response:
-    """503 for a call a stopping server will not finish: clients retry it (within their reconnect budget) on the
-    server that comes up next, the way they ride out a refused connection, instead of reporting the code as failed."""
-    return web.json_response({"status": "SandboxError", "message": message}, status=503)
+def _retry_later(message: str, status: int) -> web.Response:
+    """A call this server did not run, answered with a status clients retry: 504, every slot (or session box) stayed
+    busy for the queue timeout; 503, the server is stopping, so the call runs on the one that comes up next (the way a
+    refused connection is ridden out) instead of being reported as the code's failure."""
+    return web.json_response({"status": "SandboxError", "message": message}, status=status)
 
 
 def _packages(modules: list[str]) -> str:

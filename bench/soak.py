@@ -5,8 +5,9 @@ The run: the smoke's RL stage (its SFT'd tiny model, data, reward; the tool with
 feature most likely to leak) for as many steps as fit, validated and checkpointed every 10 steps keeping 3, as the
 reference run is (configs/rl.yaml). The sandbox runs under scripts/keep_sandbox_up.sh, the way docs/troubleshooting.md
 tells a user to keep it up, and is stopped every ``--restart-every`` minutes (10); the supervisor starts it again.
-About halfway the whole launch is killed with SIGKILL and launched again the same way (the documented resume). At the
-end the launch is stopped as a user would stop it (SIGINT to its process group), then the sandbox.
+About halfway the whole launch is killed with SIGKILL during a validation (the one that follows a checkpoint: the
+worst moment for the curves and the resume) and launched again the same way (the documented resume). At the end the
+launch is stopped as a user would stop it (SIGINT to its process group), then the sandbox.
 
 Each sample (bench/soak_probe.py) goes to ``<out>/samples.jsonl``, each fault to ``<out>/events.jsonl``; the verdicts
 (``verdicts``) go to ``<out>/soak.json`` and the docs/performance.md section ``soak``, with a picture of memory over
@@ -39,13 +40,23 @@ from soak_verdicts import _helper, render, verdicts
 from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section
 from retool.profiles import get_profile
+from retool.resume import latest_checkpoint
 from retool.smoke import learning_run
 from retool_sandbox.client import SandboxClient
 
 SECTION = "soak"
 SAMPLE_EVERY_S = 30.0
+# The kill comes this long after a checkpoint appears: inside the validation that follows it (~60 s in the soak).
+IN_VALIDATION_S = 20.0
 SAVE_EVERY, KEEP = 10, 3  # configs/rl.yaml: the reference run's cadence
 PICTURE = REPO_ROOT / "docs" / "img" / "soak_memory.png"
+
+
+def _default_interrupt() -> None:
+    """A soak started in the background (``nohup make bench-soak &``) ignores SIGINT, and so would the launch it
+    starts: its final SIGINT would then stop nothing. The launch takes it as from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 class Soak:
@@ -171,13 +182,14 @@ class Soak:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_default_interrupt,
         )
         self.event("launch", number=self.launch_number, pid=self.launch.pid)
 
     def ray_processes(self) -> list[int]:
         return _helper("processes").processes_with(self.ray_dir)
 
-    def stop_launch(self, sig: signal.Signals, kind: str, grace_s: float) -> None:
+    def stop_launch(self, sig: signal.Signals, kind: str, grace_s: float, **facts: Any) -> None:
         """Signal the launch's whole process group, wait for it and for its Ray processes; record what was left."""
         os.killpg(self.launch.pid, sig)
         try:
@@ -198,6 +210,7 @@ class Soak:
             exit=self.launch.returncode,
             leftover_ray_processes=len(left),
             sessions_live=(health.get("sessions") or {}).get("live") if health else None,
+            **facts,
         )
 
     # ------------------------------------------------------------------ the schedule
@@ -205,6 +218,8 @@ class Soak:
         self.record_sample()  # the host before anything started: the baseline of /dev/shm, /tmp and processes
         end = self.started + minutes * 60
         kill_at = self.started + minutes * 30
+        armed_after: int | None = None  # the checkpoint at kill_at: the kill waits for the next one and its validation
+        checkpoint_seen: float | None = None
         next_restart = self.started + restart_every_min * 60
         next_sample = time.time()
         killed = False
@@ -224,8 +239,14 @@ class Soak:
                 if now >= next_restart:
                     self.restart_sandbox()
                     next_restart = now + restart_every_min * 60
-                if not killed and now >= kill_at and self.step() > self.save_every:  # a checkpoint to resume from
-                    self.stop_launch(signal.SIGKILL, "kill", 60)
+                if not killed and now >= kill_at:
+                    checkpoint = latest_checkpoint(self.run_dir / "checkpoints" / "rl", strict=False) or 0
+                    if armed_after is None:
+                        armed_after = checkpoint
+                    elif checkpoint > armed_after and checkpoint_seen is None:
+                        checkpoint_seen = now
+                if checkpoint_seen is not None and not killed and now >= checkpoint_seen + IN_VALIDATION_S:
+                    self.stop_launch(signal.SIGKILL, "kill", 60, in_validation_of=checkpoint)
                     killed = True
                     self.record_sample()
                     self.start_launch()

@@ -254,11 +254,22 @@ def verdicts(out: Path) -> dict[str, Any]:
     event_dir = run_dir / "tensorboard" / "rl"
     points = checks.scalar_points(event_dir, "critic/rewards/mean")
     logged = max(points, default=0)
+    # a validation's accuracy on the first data source: step 0 and every test_freq steps, each once
+    val_tag = min((t for t in read_event_dir(event_dir) if t.startswith("val-core/")), default="val-core/")
+    validations = checks.scalar_points(event_dir, val_tag)
+    test_freq = int(config["trainer"]["test_freq"])
+    wanted = Counter([0, *range(test_freq, logged + 1, test_freq)])
+    missed = {s: points[s] for s in set(points) | set(range(1, logged + 1)) if points[s] != 1}
+    missed_validations = {  # the last step's validation may be the one the final stop cut off
+        s: validations[s]
+        for s in set(wanted) | set(validations)
+        if validations[s] != 1 and (s, validations[s]) != (logged, 0)
+    }
     add(
-        "TensorBoard holds every step once",
-        points == Counter(range(1, logged + 1)) and logged >= final_step - 1,
-        f"steps 1-{logged} ({final_step} dumped); steps logged other than once: "
-        f"{ {s: c for s, c in points.items() if c != 1} or 'none' }",
+        "TensorBoard holds every step once, and every validation",
+        not missed and logged >= final_step - 1 and not missed_validations,
+        f"steps 1-{logged} ({final_step} dumped); steps logged other than once: {missed or 'none'}; validations "
+        f"({val_tag}) logged other than once: {missed_validations or 'none'}",
     )
 
     add(*_outages(run_dir, event_dir, events, batch * n))
@@ -292,9 +303,18 @@ def verdicts(out: Path) -> dict[str, Any]:
         "final_step": final_step,
         "ending": ending,
         "restarts": len(restarts),
+        "kill": _kill_words(events),
         "samples": len(samples),
         "minutes": round((last["t"] - baseline["t"]) / 60, 1) if samples else 0,
     }
+
+
+def _kill_words(events: list[dict]) -> str:
+    kill = next((e for e in events if e["event"] == "kill"), None)
+    if kill is None:
+        return "never killed"
+    where = kill.get("in_validation_of")  # soaks before the kill was aimed at a validation do not say
+    return f"killed with SIGKILL {f'in the validation of step {where}' if where else 'at step ' + str(kill['step'])}"
 
 
 def _disk(out: Path, run_dir: Path, config: dict, samples: list[dict], trajectories: int) -> tuple[str, bool, str]:
@@ -418,7 +438,7 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"smoke's RL stage ({result['final_step']} steps; sessions per trajectory; a checkpoint and a validation "
         f"every {m.get('save_every', 10)} steps, 3 kept), the sandbox stopped every "
         f"{m.get('restart_every_min', 10):g} minutes and started again by scripts/keep_sandbox_up.sh "
-        f"({result['restarts']} times), the whole launch killed with SIGKILL about halfway and launched again, "
+        f"({result['restarts']} times), the whole launch {result['kill']} about halfway and launched again, "
         f"{result['ending']}. {result['samples']} samples, one every 30 s (bench/soak_probe.py); the run's folder "
         f"is `{source}/`. Memory slopes leave out each lifetime's first minutes (a launch's "
         f"{WARMUP_S['launch'] / 60:g}, a sandbox's {WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "

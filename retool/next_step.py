@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from retool.resume import latest_checkpoint
+
 
 def resolved(run_dir: Path, stage: str) -> dict:
     return yaml.safe_load((run_dir / f"{stage}.resolved.yaml").read_text())
@@ -20,8 +22,8 @@ def resolved(run_dir: Path, stage: str) -> dict:
 
 def last_checkpoint(run_dir: Path, stage: str) -> Path | None:
     checkpoints = Path(resolved(run_dir, stage)["trainer"]["default_local_dir"])
-    marker = checkpoints / "latest_checkpointed_iteration.txt"
-    return checkpoints / f"global_step_{marker.read_text().strip()}" if marker.is_file() else None
+    step = latest_checkpoint(checkpoints, strict=False)
+    return None if step is None else checkpoints / f"global_step_{step}"
 
 
 def eval_device(run_dir: Path) -> str:

@@ -15,11 +15,13 @@
    and the resumed run will log again), keeping the files' other records byte for byte: in every folder a launch
    of the run wrote to (the run folder's default one, the crashed launch's ``TENSORBOARD_DIR``, earlier ones);
 4. prints the Hydra overrides the resumed run needs: validation before training only when the uninterrupted run
-   validated at the checkpoint's step and that validation is not in TensorBoard yet.
+   validated at the checkpoint's step and that validation's metrics are not in TensorBoard. What a validation cut
+   off by the crash did log at that step (its failure counts, its sample generations) is removed first, so the
+   validation run again is logged once.
 
-The log is appended to (``tee -a``), never overwritten. A crash after a save but before that step's metrics were
-logged (during the validation that follows a save, say) leaves that step's training scalars missing: they are
-recomputed by nobody, and the resume says so.
+The log is appended to (``tee -a``), never overwritten. Patch 0009 logs a step's training metrics right after its
+checkpoint, before its validation; a crash in the short time between the two leaves that step's training scalars
+missing: they are recomputed by nobody, and the resume says so.
 """
 
 from __future__ import annotations
@@ -53,7 +55,12 @@ LATEST = "latest_checkpointed_iteration.txt"
 RESUMED_ENV = "logs/resumed_worker_env.yaml"
 # The TensorBoard folders earlier launches of the run wrote to, when a resume moved it (one per line).
 EARLIER_EVENT_DIRS = "logs/tensorboard_dirs.txt"
-VALIDATION_TAG_PREFIXES = ("val-core/", "val-aux/", "val/")
+# What a validation logs: verl's metrics (val-core/ always), its sample generations (val/), the failure accounting's
+# counts (retool/failures/sampler.py).
+VALIDATION_TAG_PREFIXES = ("val-core/", "val-aux/", "val/", "val-failures/")
+VALIDATION_DONE_PREFIX = "val-core/"
+# verl logs it with every training step's metrics.
+TRAINING_STEP_TAG = "training/global_step"
 
 
 class ResumeError(RuntimeError):
@@ -121,13 +128,23 @@ def event_dirs(stage: str, run_dir: Path, saved: dict[str, Any]) -> list[Path]:
     return sorted(folder for folder in found if folder.is_dir())
 
 
-def latest_checkpoint(checkpoint_dir: Path) -> int | None:
-    """The step of the last complete checkpoint verl recorded, or None before the first save."""
-    marker = checkpoint_dir / LATEST
-    if not marker.is_file():
+def latest_checkpoint(checkpoint_dir: Path | None, strict: bool = True) -> int | None:
+    """The step of the last complete checkpoint verl recorded, or None before the first save.
+
+    ``strict=False`` (what only shows it: the console, the shakedown, the next-step hint): None also when the marker
+    cannot be read or names a folder that is not there, instead of an error."""
+    marker = checkpoint_dir / LATEST if checkpoint_dir is not None else None
+    if marker is None or not marker.is_file():
         return None
-    step = int(marker.read_text().strip())
+    try:
+        step = int(marker.read_text().strip())
+    except (OSError, ValueError):
+        if strict:
+            raise
+        return None
     if not (checkpoint_dir / f"global_step_{step}").is_dir():
+        if not strict:
+            return None
         raise ResumeError(
             f"{marker} names step {step}, but {checkpoint_dir}/global_step_{step} is missing: the "
             "checkpoint folder was edited; restore it or start a new RUN_DIR"
@@ -154,8 +171,9 @@ def _event(record: bytes) -> Any:
     return Event.FromString(record[12:-4])
 
 
-def purge_after(event_dir: Path, step: int) -> tuple[int, set[str]]:
-    """Drop every summary logged after ``step`` from the event files under ``event_dir``.
+def purge_after(event_dir: Path, step: int, also_at_step: tuple[str, ...] = ()) -> tuple[int, set[str]]:
+    """Drop every summary logged after ``step`` from the event files under ``event_dir``, and those logged at
+    exactly ``step`` whose tags start with one of ``also_at_step``.
 
     Returns (points removed, tags logged at exactly ``step`` that remain)."""
     removed, at_step = 0, set()
@@ -163,11 +181,14 @@ def purge_after(event_dir: Path, step: int) -> tuple[int, set[str]]:
         kept = []
         for record in _records(path.read_bytes()):
             event = _event(record)
-            if event.HasField("summary") and event.step > step:
-                removed += len(event.summary.value)
-                continue
-            if event.HasField("summary") and event.step == step:
-                at_step.update(value.tag for value in event.summary.value)
+            if event.HasField("summary"):
+                tags = [value.tag for value in event.summary.value]
+                at = event.step == step and bool(also_at_step) and all(tag.startswith(also_at_step) for tag in tags)
+                if event.step > step or at:
+                    removed += len(tags)
+                    continue
+                if event.step == step:
+                    at_step.update(tags)
             kept.append(record)
         path.write_bytes(b"".join(kept))
     return removed, at_step
@@ -192,11 +213,20 @@ def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> 
     trainer = saved.get("trainer") or {}
     checkpoint_dir = Path(trainer["default_local_dir"])
     step = latest_checkpoint(checkpoint_dir)
-    removed, at_step = 0, set()
-    for event_dir in event_dirs(stage, run_dir, saved):
+    test_freq = int(trainer.get("test_freq") or 0)
+    validated_then = step is not None and (
+        (test_freq > 0 and step % test_freq == 0) or (step == 0 and bool(trainer.get("val_before_train")))
+    )
+    removed, at_step, folders = 0, set(), event_dirs(stage, run_dir, saved)
+    for event_dir in folders:
         # before the first checkpoint nothing of the crashed run survives, its step-0 validation included
         gone, tags = purge_after(event_dir, -1 if step is None else step)
         removed, at_step = removed + gone, at_step | tags
+    revalidate = stage != "sft" and validated_then and not any(t.startswith(VALIDATION_DONE_PREFIX) for t in at_step)
+    if revalidate and step is not None:  # what the validation the crash cut off logged goes: it is run again
+        for event_dir in folders:
+            gone, _ = purge_after(event_dir, step, also_at_step=VALIDATION_TAG_PREFIXES)
+            removed += gone
     for change in take_launch_environment(saved_path, new):
         print(f"[resume] the workers take this launch's {change}", file=sys.stderr)
     if step is None:
@@ -213,16 +243,15 @@ def prepare(stage: str, run_dir: Path, new_config: Path, clean: bool = True) -> 
     )
     if stage == "sft":
         return []
-    test_freq = int(trainer.get("test_freq") or 0)
-    validated_then = (test_freq > 0 and step % test_freq == 0) or (step == 0 and trainer.get("val_before_train"))
-    validated_logged = any(tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step)
-    if step > 0 and not any(not tag.startswith(VALIDATION_TAG_PREFIXES) for tag in at_step):
+    if revalidate:
+        print(f"[resume] the crashed run did not finish the validation of step {step}: it runs again", file=sys.stderr)
+    if step > 0 and TRAINING_STEP_TAG not in at_step:
         print(
             f"[resume] the crashed run saved step {step} but died before logging it: that step's training "
             "scalars stay missing from TensorBoard",
             file=sys.stderr,
         )
-    return [f"trainer.val_before_train={bool(validated_then and not validated_logged)}"]
+    return [f"trainer.val_before_train={revalidate}"]
 
 
 def main(argv: list[str] | None = None) -> int:

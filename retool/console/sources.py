@@ -5,7 +5,7 @@
   launch its own file in ``logs/metrics/``: verl truncates the file it opens). verl opens it when training begins,
   after its workers are up and before the validation that may come first.
 - verl's checkpoint marker: ``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``, rewritten after
-  each complete save.
+  each complete save (read by ``retool.resume.latest_checkpoint``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from retool import resume
 
 
 @dataclass(frozen=True)
@@ -70,14 +68,3 @@ def step_metrics(record: Mapping[str, Any]) -> tuple[int, dict[str, float]] | No
         for key, value in data.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool)
     }
-
-
-def latest_checkpoint(checkpoint_dir: Path | None) -> int | None:
-    """The step of verl's last complete checkpoint in ``checkpoint_dir``; None before the first, or when the marker
-    cannot be read (the console only shows it)."""
-    if checkpoint_dir is None:
-        return None
-    try:
-        return resume.latest_checkpoint(checkpoint_dir)
-    except (OSError, ValueError, RuntimeError):
-        return None

@@ -37,8 +37,9 @@ from retool.console.lines import (
 )
 from retool.console.notices import Notices
 from retool.console.output import Plain, bar
-from retool.console.sources import JsonLines, Sources, latest_checkpoint, step_metrics
+from retool.console.sources import JsonLines, Sources, step_metrics
 from retool.console.startup import shown_path
+from retool.resume import latest_checkpoint
 
 LOG_PREFIX = re.compile(r"^(?:INFO|DEBUG):\d{4}-\d{2}-\d{2} [\d:,.]+:")
 RESUMING = re.compile(r"^Resuming from \S+")
@@ -133,7 +134,7 @@ class Console:
         sources = sources or Sources()
         self.metrics = JsonLines(sources.metrics) if sources.metrics else None
         self.checkpoints = sources.checkpoints
-        self.checkpoint = latest_checkpoint(self.checkpoints)  # a resumed stage's: not announced again
+        self.checkpoint = latest_checkpoint(self.checkpoints, strict=False)  # a resumed stage's: not announced again
         self.polled = float("-inf")
         for line in header:
             self.say(line)
@@ -180,7 +181,7 @@ class Console:
                 if found:
                     self._step(*found)
         if self.checkpoints is not None:
-            step = latest_checkpoint(self.checkpoints)
+            step = latest_checkpoint(self.checkpoints, strict=False)
             if step is not None and step != self.checkpoint:
                 self.checkpoint = step
                 self.say(f"checkpoint: {shown_path(self.checkpoints / f'global_step_{step}')}")

@@ -1,6 +1,6 @@
 """TensorBoard event folders -> scalar series, and which folder holds which stage of a run.
 
-``find_event_dirs`` and ``read_event_dir`` are also used by retool/smoke/summary.py.
+``read_event_dirs`` is also used by retool/smoke/summary.py.
 """
 
 from __future__ import annotations
@@ -87,6 +87,19 @@ def read_event_dir(path: Path) -> dict[str, dict[int, tuple[float, float]]]:
             if array.size == 1:
                 put(tag, event.step, event.wall_time, float(array.reshape(())))
     return out
+
+
+def read_event_dirs(logdir: Path) -> dict[str, dict[int, tuple[float, float]]]:
+    """``read_event_dir`` over every event folder under ``logdir`` (a run whose resume moved its TensorBoard folder
+    has several); a step logged in more than one keeps its latest value."""
+    merged: dict[str, dict[int, tuple[float, float]]] = {}
+    for path in find_event_dirs(logdir):
+        for tag, points in read_event_dir(path).items():
+            into = merged.setdefault(tag, {})
+            for step, point in points.items():
+                if step not in into or point[0] >= into[step][0]:
+                    into[step] = point
+    return merged
 
 
 _RL_PREFIXES = ("critic/", "val-core/", "val-aux/", "response_length/", "actor/")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retool.doctor.config import capped, dig, parquet_rows, planned_steps
+from retool.doctor.estimate import checkpoint_saves
 from retool.shakedown.runfolder import Run, Stage
 
 # README "Expected wall time": the paper estimate for the reference run on one Atlas A3 node (16 dies), not measured.
@@ -39,7 +40,7 @@ def every(freq: Any, last: int) -> int:
         freq = int(freq or 0)
     except (TypeError, ValueError):  # verl's SFT also takes "after_each_epoch"
         freq = 0
-    return 0 if freq <= 0 else len({k for k in range(1, last + 1) if k % freq == 0} | {last})
+    return checkpoint_saves(last, freq, last_step_always=False)  # validations follow verl's saving rule
 
 
 def validation_trajectories(config: dict[str, Any]) -> int | None:

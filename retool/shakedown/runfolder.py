@@ -17,7 +17,7 @@ import yaml
 
 from retool.doctor.config import dig
 from retool.failures.limits import read_records
-from retool.resume import LATEST, event_dirs
+from retool.resume import event_dirs, latest_checkpoint
 
 LAUNCHES = "logs/launches.jsonl"
 MERGE_RECORD = "logs/merge.json"
@@ -127,11 +127,7 @@ class Stage:
         return Path(dig(self.config, "trainer.default_local_dir", ""))
 
     def latest_checkpoint(self) -> int | None:
-        marker = self.checkpoint_dir / LATEST
-        try:
-            return int(marker.read_text().strip())
-        except (OSError, ValueError):
-            return None
+        return latest_checkpoint(self.checkpoint_dir, strict=False)
 
     @property
     def starts(self) -> list[dict[str, Any]]:

@@ -35,19 +35,12 @@ VAL_PREFIXES = ("val-core/", "val-aux/")
 
 def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag under ``logdir`` -> [(step, value)], sorted by step (later writes of a step win)."""
-    from retool.report import ReportError, find_event_dirs, read_event_dir
+    from retool.report.events import ReportError, read_event_dirs
 
     try:
-        dirs = find_event_dirs(logdir)
+        series = read_event_dirs(logdir)
     except ReportError:  # no events: the summary shows the signals as missing
         return {}
-    series: dict[str, dict[int, tuple[float, float]]] = {}
-    for path in dirs:
-        for tag, points in read_event_dir(path).items():
-            merged = series.setdefault(tag, {})
-            for step, (wall, value) in points.items():
-                if step not in merged or wall >= merged[step][0]:
-                    merged[step] = (wall, value)
     return {tag: [(step, value) for step, (_, value) in sorted(points.items())] for tag, points in series.items()}
 
 
@@ -87,20 +80,16 @@ def rl_time(run_dir: Path, stages: dict[str, tuple[float, float]]) -> dict[str, 
     launcher, Ray, the workers, vLLM, until verl's TensorBoard writer exists, which its file name dates), validation
     before training (until the step-0 metrics), the training steps (verl's timing_s/step, of which generation and
     actor update), validation after training (timing_s/testing) and what is left (shutdown). None without events."""
-    from retool.report import ReportError, find_event_dirs, read_event_dir
+    from retool.report.events import ReportError, read_event_dirs
 
     logdir = run_dir / "tensorboard" / "rl"
     if "rl" not in stages or not logdir.is_dir():
         return None
     try:
-        dirs = find_event_dirs(logdir)
+        series = read_event_dirs(logdir)
     except ReportError:
         return None
-    created = min(float(p.name.split(".")[3]) for d in dirs for p in d.glob("events.out.tfevents.*"))
-    series: dict[str, dict[int, tuple[float, float]]] = {}
-    for path in dirs:
-        for tag, points in read_event_dir(path).items():
-            series.setdefault(tag, {}).update(points)
+    created = min(float(p.name.split(".")[3]) for p in logdir.rglob("events.out.tfevents.*"))
     step0 = [
         wall
         for tag, points in series.items()

@@ -327,3 +327,80 @@ def test_0008_a_resumed_manager_keeps_no_more_checkpoints_than_asked_only_with_t
     pristine, patched = run_in_both(trees, code)
     assert "kept actor [2, 3, 4, 5]" in pristine and "kept step [2, 3, 4, 5]" in pristine, pristine
     assert "kept actor [4, 5]" in patched and "kept step [4, 5]" in patched, patched
+
+
+def test_0009_a_crash_in_a_validation_keeps_the_step_s_curves_only_with_the_patch(trees, tmp_path):
+    """verl's own fit loop and metric stream (its ``file`` tracker), with stand-ins only for what needs workers: the
+    step, the checkpoint, the validation and the step's metrics. Steps 1-2 of 4, checkpoints and validations every 2
+    steps; once the run validates normally, once the validation of step 2 crashes after the checkpoint of step 2.
+    Unpatched, the crash loses step 2's training metrics; patched, they are logged before it, and a validation that
+    ends logs the same metrics at the same step as before, the validation's time included."""
+    code = """
+        import json, os, sys, types
+        from omegaconf import OmegaConf
+        from verl.trainer.ppo.v1 import trainer_base
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+        trainer_base.tq = types.SimpleNamespace(kv_clear=lambda **kw: None)  # the step's batch lives nowhere
+        trainer_base.SkipManager.init = classmethod(lambda cls, config: None)
+
+        class Trainer(PPOTrainerSync):
+            def __init__(self, crash_at):
+                self.config = OmegaConf.create({
+                    "trainer": {"project_name": "p", "experiment_name": "e", "logger": ["file"], "total_epochs": 1,
+                                "val_before_train": False, "test_freq": 2, "save_freq": 2},
+                    "global_profiler": {"steps": None}})
+                self.global_steps, self.total_training_steps, self.steps_per_epoch = 0, 4, 4
+                self.crash_at, self.saved = crash_at, []
+            def step(self, metrics, timing_raw):
+                return types.SimpleNamespace(keys=[], partition_id="train")
+            def _save_checkpoint(self):
+                self.saved.append(self.global_steps)
+            def _validate(self):
+                if self.global_steps == self.crash_at:
+                    raise KeyboardInterrupt("killed during the validation")
+                return {"val-core/aime/acc/mean@1": 0.25 * self.global_steps}
+            def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+                metrics.update({"training/global_step": global_steps, "actor/loss": 1.0 / global_steps})
+                metrics.update({f"timing_s/{name}": seconds for name, seconds in timing_raw.items()})  # as verl's
+            def _reissue_inflight_prompts(self, partition_id="train"): return 0
+            def _start_profiling(self): pass
+            def _stop_profiling(self): pass
+            def on_step_end(self): pass
+            def _shutdown_dump_executor(self): pass
+
+        for crash_at in (None, 2):
+            path = os.path.join(sys.argv[1], f"metrics-{crash_at}.jsonl")
+            os.environ["VERL_FILE_LOGGER_PATH"] = path
+            trainer = Trainer(crash_at)
+            try:
+                trainer.fit(agent_loop_manager=None)
+            except KeyboardInterrupt:
+                pass
+            logged = {}
+            for line in open(path):
+                record = json.loads(line)
+                logged.setdefault(record["step"], {}).update(record["data"])
+            shown = {step: sorted(k for k in data if k == "timing_s/testing" or not k.startswith("timing_s/"))
+                     for step, data in logged.items()}
+            print(f"crash_at={crash_at}", trainer.saved, json.dumps(shown))
+    """
+    outputs = []
+    for name in ("pristine", "patched"):
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), str(tmp_path)],
+            env={**os.environ, "PYTHONPATH": f"{trees[name]}{os.pathsep}{REPO}"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
+        outputs.append(done.stdout)
+    pristine, patched = outputs
+    step = ["actor/loss", "training/global_step"]
+    validated = sorted(step + ["timing_s/testing", "val-core/aime/acc/mean@1"])
+    whole = json.dumps({"1": step, "2": validated, "3": step, "4": validated})
+    assert f"crash_at=None [2, 4] {whole}" in pristine, pristine
+    assert f"crash_at=None [2, 4] {whole}" in patched, patched
+    assert f"crash_at=2 [2] {json.dumps({'1': step})}" in pristine, pristine
+    assert f"crash_at=2 [2] {json.dumps({'1': step, '2': step})}" in patched, patched

@@ -35,7 +35,11 @@ def rl_config(run_dir: Path, **trainer) -> dict:
     }
 
 
-def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], train_steps: list[int]) -> Path:
+def run_folder(
+    tmp_path: Path, checkpoint: int | None, val_steps: list[int], train_steps: list[int], cut_off_val: list[int] = ()
+) -> Path:
+    """A run folder as verl leaves it: validations logged whole at ``val_steps``; at ``cut_off_val`` only what a
+    validation logs before the crash cut it off (the failure counts, the sample generations)."""
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "rl").mkdir(parents=True)
     (run_dir / "rl.resolved.yaml").write_text(yaml.safe_dump(rl_config(run_dir)))
@@ -43,7 +47,14 @@ def run_folder(tmp_path: Path, checkpoint: int | None, val_steps: list[int], tra
         (run_dir / "checkpoints" / "rl" / f"global_step_{checkpoint}").mkdir()
         (run_dir / "checkpoints" / "rl" / "latest_checkpointed_iteration.txt").write_text(str(checkpoint))
     write_events(
-        run_dir / "tensorboard" / "rl", {"val-core/x/acc/mean@4": val_steps, "critic/rewards/mean": train_steps}
+        run_dir / "tensorboard" / "rl",
+        {
+            "val-core/x/acc/mean@4": val_steps,
+            "val-failures/share": [*val_steps, *cut_off_val],
+            "val/generations/text_summary": [*val_steps, *cut_off_val],
+            "critic/rewards/mean": train_steps,
+            "training/global_step": train_steps,
+        },
     )
     return run_dir
 
@@ -96,10 +107,31 @@ def test_resume_after_a_checkpoint_revalidates_only_what_is_missing(tmp_path):
     assert prepare("rl", run_dir, new) == ["trainer.val_before_train=False"]
     scalars = read_event_dir(run_dir / "tensorboard" / "rl")
     assert sorted(scalars["critic/rewards/mean"]) == [1, 2] and sorted(scalars["val-core/x/acc/mean@4"]) == [0, 2]
-    # the crash came during step 2's validation: it runs again at the resume
-    run_dir2 = run_folder(tmp_path / "b", checkpoint=2, val_steps=[0], train_steps=[1, 2])
-    new.write_text((run_dir2 / "rl.resolved.yaml").read_text())
-    assert prepare("rl", run_dir2, new) == ["trainer.val_before_train=True"]
+
+
+def test_a_validation_the_crash_cut_off_runs_again_and_is_logged_once(tmp_path, capsys):
+    # patch 0009: step 2's training metrics were logged after its checkpoint; the crash came during its validation,
+    # which had logged its failure counts and sample generations but not its metrics
+    run_dir = run_folder(tmp_path, checkpoint=2, val_steps=[0], train_steps=[1, 2], cut_off_val=[2])
+    new = tmp_path / "new.yaml"
+    new.write_text((run_dir / "rl.resolved.yaml").read_text())
+    assert prepare("rl", run_dir, new) == ["trainer.val_before_train=True"]
+    scalars = read_event_dir(run_dir / "tensorboard" / "rl")
+    assert sorted(scalars["critic/rewards/mean"]) == [1, 2] and sorted(scalars["training/global_step"]) == [1, 2]
+    assert sorted(scalars["val-failures/share"]) == [0]  # the validation run again logs step 2's
+    err = capsys.readouterr().err
+    assert "did not finish the validation of step 2: it runs again" in err and "died before logging" not in err
+
+
+def test_a_crash_between_a_checkpoint_and_its_step_s_log_is_reported(tmp_path, capsys):
+    # unpatched verl logs a step after its validation: the soak's kill in step 130's validation left only the
+    # validation's failure counts and generations at step 130
+    run_dir = run_folder(tmp_path, checkpoint=2, val_steps=[0], train_steps=[1], cut_off_val=[2])
+    new = tmp_path / "new.yaml"
+    new.write_text((run_dir / "rl.resolved.yaml").read_text())
+    assert prepare("rl", run_dir, new) == ["trainer.val_before_train=True"]
+    assert sorted(read_event_dir(run_dir / "tensorboard" / "rl")["val-failures/share"]) == [0]
+    assert "saved step 2 but died before logging it" in capsys.readouterr().err
 
 
 def test_resume_before_the_first_checkpoint_starts_over_and_clears_the_curves(tmp_path, capsys):

@@ -37,7 +37,9 @@ for tool in bwrap setpriv kill ipcrm rm chmod; do
   fi
 done
 
-if ! { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libjemalloc\.so\.2 '; then
+# grep reads the whole list: with -q it would stop at the match, and under pipefail ldconfig's SIGPIPE on a long
+# library list (a large container) would read as "missing".
+if ! { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep 'libjemalloc\.so\.2 ' >/dev/null; then
   missing+=("$jemalloc")
 fi
 

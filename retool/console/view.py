@@ -153,5 +153,6 @@ def validation(step: int, m: Mapping[str, float]) -> str | None:
 
 
 def is_training_step(m: Mapping[str, float]) -> bool:
-    """Whether a step line carries a training step's metrics (not only a validation's)."""
-    return any(not key.startswith(("val-", "val/")) for key in m)
+    """Whether a step line carries a training step's metrics, not only a validation's: with patches/0009 a
+    validation after a step is logged on its own line, with its ``timing_s/testing``."""
+    return any(not key.startswith(("val-", "val/")) and key != "timing_s/testing" for key in m)

@@ -129,6 +129,19 @@ def test_rl_output_becomes_step_and_validation_lines_with_the_numbers_verl_logge
     assert lines[-1].startswith(f"[rl] done: {len(steps)} steps in ") and "known harmless" in lines[-1]
 
 
+def test_a_validation_logged_on_its_own_line_after_its_step_is_not_another_step():
+    # patches/0009 logs a step's metrics before its validation, and the validation with its timing_s/testing after
+    data = (
+        b"step:2 - training/global_step:2 - critic/rewards/mean:0.5 - timing_s/step:2.0\n"
+        b"step:2 - val-core/aime_2025/acc/mean@4:0.25 - timing_s/testing:40.0\n"
+    )
+    lines = compact(data, "rl", total=2)
+    assert sum(line.startswith("[rl] step 2/2 | ") for line in lines) == 1, lines
+    assert sum(line.startswith("[rl] validation at step 2: acc mean@4: aime_2025 0.250") for line in lines) == 1
+    assert not view.is_training_step({"val-core/x/acc/mean@1": 1.0, "timing_s/testing": 4.0})
+    assert view.is_training_step({"timing_s/step": 2.0, "val-core/x/acc/mean@1": 1.0})
+
+
 def run_console(*args: str, env: dict | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*CONSOLE, *args],

@@ -1,8 +1,10 @@
 """The verdicts of a finished soak (bench/soak.py), from its folder alone, and their docs/performance.md section.
 
 Memory: the slope of each process group's PSS (and of its open descriptors) over time, fitted within each lifetime of
-the group (a launch for the run's groups, a sandbox lifetime between restarts for the sandbox's) with the first
-minutes of each dropped as warm-up, so that a restart is not read as growth or shrinkage. The sandbox's open sessions
+the group (a launch for the run's groups, a sandbox lifetime between restarts for the sandbox's) with its warm-up
+dropped, so that a restart is not read as growth or shrinkage. A launch warms up until it has run a whole cycle of
+what it does (steps, a checkpoint, a validation) past the step it started from: a resumed launch's processes climb
+back to the first launch's level over that cycle, not over a fixed number of minutes. The sandbox's open sessions
 are held fixed; a run group is fitted on its lowest sample of every 5 minutes, so that the phase of a step is not read
 as noise. A slope passes when its whole 95% interval projects to under 10% growth over 18 hours (the reference run's
 length on 16 dies) on the group's mean level, fails when even the interval's low end projects over that, and is
@@ -83,9 +85,10 @@ def within_slope(windows: list[list[tuple[float, ...]]]) -> tuple[float, float, 
     return slope, se, len(rows)
 
 
-def windows_of(samples: list[dict], events: list[dict], kind: str) -> list[list[dict]]:
+def windows_of(samples: list[dict], events: list[dict], kind: str, cycle_steps: int = 0) -> list[list[dict]]:
     """Samples split into the lifetimes of a group kind (``launch`` or ``sandbox``), warm-up dropped; only samples
-    taken while a launch ran."""
+    taken while a launch ran. A launch's warm-up lasts ``WARMUP_S`` and until it is past its first ``cycle_steps``
+    steps (the save and validation cadence), whichever ends later."""
     running = [s for s in samples if s.get("launch")]
     if kind == "launch":
         keys = [s["launch"] for s in running]
@@ -95,7 +98,13 @@ def windows_of(samples: list[dict], events: list[dict], kind: str) -> list[list[
     windows: dict[Any, list[dict]] = {}
     for key, s in zip(keys, running):
         windows.setdefault(key, []).append(s)
-    return [[s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind]] for w in windows.values()]
+    cycle = cycle_steps if kind == "launch" else 0
+    return [
+        [s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind] and s["step"] > w[0]["step"] + cycle]
+        if cycle
+        else [s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind]]
+        for w in windows.values()
+    ]
 
 
 def lows(window: list[dict], group: str) -> list[dict]:
@@ -112,9 +121,9 @@ def lows(window: list[dict], group: str) -> list[dict]:
     ]
 
 
-def growth(samples: list[dict], events: list[dict], group: str) -> dict[str, Any]:
+def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int = 0) -> dict[str, Any]:
     kind = "launch" if group in RUN_GROUPS else "sandbox"
-    windows = windows_of(samples, events, kind)
+    windows = windows_of(samples, events, kind, cycle_steps)
     if kind == "launch":
         windows = [lows([s for s in w if s["groups"][group]["procs"]], group) for w in windows]
     out: dict[str, Any] = {"group": group}
@@ -206,7 +215,8 @@ def verdicts(out: Path) -> dict[str, Any]:
     def add(name: str, passed: bool | None, seen: str) -> None:
         results.append({"name": name, "passed": passed is True, "inconclusive": passed is None, "seen": seen})
 
-    groups = [growth(samples, events, group) for group in samples[0]["groups"]] if samples else []
+    cycle = measured.get("save_every", 10)
+    groups = [growth(samples, events, group, cycle) for group in samples[0]["groups"]] if samples else []
     for g in groups:
         add(f"memory and descriptors: {g['group']}", *_growth_verdict(g))
 
@@ -440,8 +450,9 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"{m.get('restart_every_min', 10):g} minutes and started again by scripts/keep_sandbox_up.sh "
         f"({result['restarts']} times), the whole launch {result['kill']} about halfway and launched again, "
         f"{result['ending']}. {result['samples']} samples, one every 30 s (bench/soak_probe.py); the run's folder "
-        f"is `{source}/`. Memory slopes leave out each lifetime's first minutes (a launch's "
-        f"{WARMUP_S['launch'] / 60:g}, a sandbox's {WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
+        f"is `{source}/`. Memory slopes leave out each lifetime's warm-up (a launch's first "
+        f"{m.get('save_every', 10)} steps and at least {WARMUP_S['launch'] / 60:g} minutes, a sandbox's first "
+        f"{WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
         f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).",
         "",
         "| verdict | result | what was seen |",

@@ -72,6 +72,21 @@ def test_a_run_group_is_fitted_on_its_lows_so_the_phase_of_a_step_is_not_noise()
         assert verdicts._growth_verdict(trainer)[0] is passes
 
 
+def test_a_resumed_launch_climbing_back_over_its_first_cycle_is_warm_up_not_growth():
+    # a flat 2000 MB, but the resumed launch starts at 1400 MB and climbs back over 8 minutes: its first 10 steps
+    # (a step a minute) resume, validate and checkpoint once; a fixed 5-minute warm-up reads the climb as growth
+    samples = _samples(0.0)
+    for s in samples:
+        s["step"] = int(s["t"] // 60)
+        if s["launch"] == 2:
+            since = s["t"] - 3600
+            s["groups"]["trainer"]["pss_mb"] -= 600 * max(0.0, 1 - since / 480)
+    assert verdicts._growth_verdict(verdicts.growth(samples, [], "trainer"))[0] is not True
+    cycle = verdicts.growth(samples, [], "trainer", cycle_steps=10)
+    assert verdicts._growth_verdict(cycle)[0] is True and abs(cycle["pss_mb"]["slope_per_h"]) < 1
+    assert verdicts._growth_verdict(verdicts.growth(_samples(20.0), [], "trainer", cycle_steps=10))[0] is False
+
+
 def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "rl" / "global_step_10").mkdir(parents=True)

@@ -11,7 +11,9 @@ resumed the documented way: the same launch with the same RUN_DIR. Checked on wh
   steps 1-2 and ends at step 6;
 - in-flight samples lost (#4199): every prompt the dataloader had handed out by the checkpoint (its
   ``_num_yielded``, in the data order rebuilt from the training parquet and verl's sampler) and that steps 1-2 did
-  not train is trained after the resume, and no prompt is trained twice in the run's record.
+  not train is trained after the resume, and no prompt is trained twice in the run's record;
+- checkpoints piling up across the resume (patches/0008, in the checkpoint manager all trainer modes share): with
+  ``max_actor_ckpt_to_keep`` 2, the run ends with the checkpoints of steps 4 and 6, the crashed launch's removed.
 
     python bench/async_resume.py [--smoke-run runs/smoke-x] [--modes colocate_async,separate_async]
     python bench/async_resume.py --from-runs runs/async-resume-<time>     # check and render finished runs again
@@ -43,7 +45,7 @@ from retool.smoke import learning_run
 from retool.trainer_modes import ASYNC_MODES
 
 SECTION = "async-resume"
-STEPS, SAVE_EVERY, KILL_AFTER = 6, 2, 3
+STEPS, SAVE_EVERY, KILL_AFTER, KEEP = 6, 2, 3, 2
 CHECKPOINT = (KILL_AFTER // SAVE_EVERY) * SAVE_EVERY
 
 
@@ -82,6 +84,8 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     order = data.data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), count)
     in_flight = set(order) - before
     restored = re.findall(r"Restored (\d+) training prompt groups", log)
+    kept = sorted(int(p.parent.name.removeprefix("global_step_")) for p in checkpoints.glob("global_step_*/actor"))
+    expected_kept = list(range(STEPS - (KEEP - 1) * SAVE_EVERY, STEPS + 1, SAVE_EVERY))
     prompts_per_step = config["data"]["train_batch_size"]
     event_dir = run_dir / "tensorboard" / "rl"
     points = data.scalar_points(event_dir, "critic/rewards/mean")
@@ -114,6 +118,10 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
             f"flight, of which {len(in_flight & after)} trained after the resume; verl restored "
             f"{restored[-1] if restored else 'no'} prompt groups",
         ),
+        f"checkpoints kept: the last {KEEP}, the crashed launch's counted (patches/0008)": (
+            kept == expected_kept,
+            f"checkpoints of steps {kept} (max_actor_ckpt_to_keep {KEEP})",
+        ),
     }
     return {
         "checks": {name: {"passed": bool(ok), "seen": seen} for name, (ok, seen) in checks.items()},
@@ -130,6 +138,7 @@ def kill_and_resume(smoke: Path, assets: Path, mode: str, run_dir: Path, timeout
         "+smoke=rl",
         f"trainer.total_training_steps={STEPS}",
         f"trainer.save_freq={SAVE_EVERY}",
+        f"trainer.max_actor_ckpt_to_keep={KEEP}",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         f"trainer.experiment_name=resume-{mode}",
@@ -188,10 +197,11 @@ def render(results: dict[str, dict[str, Any]], source: str, measured: dict[str, 
         "",
         f"Measured {measured.get('started', '?')} on {host.get('cpu_model', '?')}, {host.get('cores', '?')} "
         f"cores, compute dtype {host.get('dtype', '?')}, commit {measured.get('commit') or '?'}; {source}. Each "
-        f"mode: the smoke's RL stage, {STEPS} steps, a checkpoint every {SAVE_EVERY}; SIGKILL of the whole launch "
-        f"after step {KILL_AFTER}, then the same launch with the same RUN_DIR. The checks (bench/async_resume.py) "
-        "stand for verl's reported bugs: a step counted twice (#7933), a silent restart from step 0 (#7952), "
-        "in-flight samples lost (#4199).",
+        f"mode: the smoke's RL stage, {STEPS} steps, a checkpoint every {SAVE_EVERY} keeping {KEEP}; SIGKILL of the "
+        f"whole launch after step {KILL_AFTER}, then the same launch with the same RUN_DIR. The checks "
+        "(bench/async_resume.py) stand for verl's reported bugs: a step counted twice (#7933), a silent restart from "
+        "step 0 (#7952), in-flight samples lost (#4199); and for checkpoints piling up across the resume "
+        "(patches/0008).",
         "",
         "| mode | check | result | what was seen |",
         "|---|---|---|---|",

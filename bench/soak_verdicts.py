@@ -9,6 +9,8 @@ are held fixed; a run group is fitted on its lowest sample of every 5 minutes, s
 as noise. A slope passes when its whole 95% interval projects to under 10% growth over 18 hours (the reference run's
 length on 16 dies) on the group's mean level, fails when even the interval's low end projects over that, and is
 inconclusive in between. The slope per step is given too: the CPU makes ~30x the reference run's steps per hour.
+Samples inside a ``host_disturbed`` event of events.jsonl (``from_t``, ``to_t``, ``why``: other processes on the host
+share the run's library pages, which lowers its PSS while they run) are left out of the fits.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def windows_of(samples: list[dict], events: list[dict], kind: str, cycle_steps: 
     """Samples split into the lifetimes of a group kind (``launch`` or ``sandbox``), warm-up dropped; only samples
     taken while a launch ran. A launch's warm-up lasts ``WARMUP_S`` and until it is past its first ``cycle_steps``
     steps (the save and validation cadence), whichever ends later."""
-    running = [s for s in samples if s.get("launch")]
+    disturbed = [(e["from_t"], e["to_t"]) for e in events if e["event"] == "host_disturbed"]
+    running = [s for s in samples if s.get("launch") and not any(a <= s["t"] <= b for a, b in disturbed)]
     if kind == "launch":
         keys = [s["launch"] for s in running]
     else:
@@ -421,10 +424,15 @@ def plot(samples: list[dict], events: list[dict], groups: tuple[str, ...], path:
     for group in groups:
         ax.plot([(s["t"] - start) / 60 for s in samples], [s["groups"][group]["pss_mb"] for s in samples], label=group)
     for e in events:
+        if e["event"] == "host_disturbed":
+            ax.axvspan((e["from_t"] - start) / 60, (e["to_t"] - start) / 60, color="grey", alpha=0.15)
         style = {"sandbox_restart": ("grey", ":"), "kill": ("red", "-"), "stop": ("black", "-")}.get(e["event"])
         if style:
             ax.axvline((e["t"] - start) / 60, color=style[0], linestyle=style[1], linewidth=1)
-    ax.set_xlabel("minutes (dotted: sandbox stopped and restarted; red: kill -9 of the launch; black: the stop)")
+    ax.set_xlabel(
+        "minutes (dotted: sandbox stopped and restarted; red: kill -9 of the launch; black: the stop; "
+        "shaded: left out of the fits)"
+    )
     ax.set_ylabel("PSS (MB)")
     ax.set_title("memory per process group over the soak", fontsize=10)
     ax.grid(alpha=0.3)
@@ -437,7 +445,14 @@ def plot(samples: list[dict], events: list[dict], groups: tuple[str, ...], path:
 
 def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str, ...]) -> str:
     out = REPO_ROOT / source
-    plot(_lines(out / "samples.jsonl"), _lines(out / "events.jsonl"), groups, picture)
+    samples, events = _lines(out / "samples.jsonl"), _lines(out / "events.jsonl")
+    plot(samples, events, groups, picture)
+    left_out = "".join(
+        f" Left out of the fits: minutes {(e['from_t'] - samples[0]['t']) / 60:.0f}-"
+        f"{(e['to_t'] - samples[0]['t']) / 60:.0f} ({e['why']})."
+        for e in events
+        if e["event"] == "host_disturbed"
+    )
     m = result["measured"]
     host = m.get("host") or {}
     lines = [
@@ -453,7 +468,7 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"is `{source}/`. Memory slopes leave out each lifetime's warm-up (a launch's first "
         f"{m.get('save_every', 10)} steps and at least {WARMUP_S['launch'] / 60:g} minutes, a sandbox's first "
         f"{WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
-        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).",
+        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).{left_out}",
         "",
         "| verdict | result | what was seen |",
         "|---|---|---|",

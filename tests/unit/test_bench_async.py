@@ -73,8 +73,9 @@ def test_the_section_says_what_ran_and_the_model():
     assert "2026-12-02T10:00:00+00:00 on Test CPU, 2 cores" in text and "### Paper model" in text
 
 
-def make_run(root: Path, *, lost: bool = False, twice: bool = False) -> tuple[Path, float]:
-    """A kill-and-resume run folder as verl leaves one: 16 prompts, 2 per step, 6 steps, checkpoint at step 2."""
+def make_run(root: Path, *, lost: bool = False, twice: bool = False, piled: bool = False) -> tuple[Path, float]:
+    """A kill-and-resume run folder as verl leaves one: 16 prompts, 2 per step, 6 steps, checkpoints at steps 2, 4
+    and 6 keeping 2 (step 2's model removed, its data.pt left; ``piled``: kept)."""
     import pandas as pd
     import torch
     from torch.utils.tensorboard import SummaryWriter
@@ -95,6 +96,8 @@ def make_run(root: Path, *, lost: bool = False, twice: bool = False) -> tuple[Pa
     checkpoint = root / "checkpoints" / "global_step_2"
     checkpoint.mkdir(parents=True)
     torch.save({"_num_yielded": 6}, checkpoint / "data.pt")  # warm-up batch + 2 steps: 6 handed out, 4 trained
+    for step in (2, 4, 6) if piled else (4, 6):
+        (root / "checkpoints" / f"global_step_{step}" / "actor").mkdir(parents=True)
     # trained per step: the oldest first; after the resume the 2 in flight (order[4:6]) come first
     steps = {1: order[0:2], 2: order[2:4], 3: order[4:6], 4: order[6:8], 5: order[8:10], 6: order[10:12]}
     if lost:  # the resume skipped the prompts in flight at the checkpoint
@@ -150,3 +153,10 @@ def test_a_restart_from_step_0_is_caught(tmp_path):
     checks = resume.check(run_dir, 0.0, LOG.replace("global_step_2", "global_step_0"))["checks"]
     assert not checks["resumed from the checkpoint of step 2"]["passed"]
     assert not checks["no restart from step 0: dumps 1-2 untouched, 3-6 rewritten"]["passed"]
+
+
+def test_checkpoints_piling_up_across_the_resume_are_caught(tmp_path):
+    run_dir, resumed_at = make_run(tmp_path, piled=True)
+    checks = resume.check(run_dir, resumed_at, LOG)["checks"]
+    kept = checks["checkpoints kept: the last 2, the crashed launch's counted (patches/0008)"]
+    assert not kept["passed"] and "steps [2, 4, 6]" in kept["seen"], kept

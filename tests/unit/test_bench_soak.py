@@ -87,6 +87,18 @@ def test_a_resumed_launch_climbing_back_over_its_first_cycle_is_warm_up_not_grow
     assert verdicts._growth_verdict(verdicts.growth(_samples(20.0), [], "trainer", cycle_steps=10))[0] is False
 
 
+def test_samples_taken_while_the_host_was_disturbed_are_left_out_of_the_fit():
+    # other processes sharing the run's libraries lower its PSS while they run: a dip late in a launch hides a leak
+    samples = _samples(20.0)
+    for s in samples:
+        if 2400 <= s["t"] <= 3500:
+            s["groups"]["trainer"]["pss_mb"] -= 100
+    hidden = verdicts.growth(samples, [], "trainer")["pss_mb"]["slope_per_h"]
+    event = {"event": "host_disturbed", "from_t": 2390.0, "to_t": 3510.0, "why": "other Ray clusters ran"}
+    shown = verdicts.growth(samples, [event], "trainer")["pss_mb"]["slope_per_h"]
+    assert hidden < 0 and shown == pytest.approx(20.0, abs=0.5), (hidden, shown)
+
+
 def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "rl" / "global_step_10").mkdir(parents=True)

@@ -103,9 +103,7 @@ def windows_of(samples: list[dict], events: list[dict], kind: str, cycle_steps: 
         windows.setdefault(key, []).append(s)
     cycle = cycle_steps if kind == "launch" else 0
     return [
-        [s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind] and s["step"] > w[0]["step"] + cycle]
-        if cycle
-        else [s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind]]
+        [s for s in w if s["t"] - w[0]["t"] >= WARMUP_S[kind] and not (cycle and s["step"] <= w[0]["step"] + cycle)]
         for w in windows.values()
     ]
 

@@ -9,6 +9,13 @@ About halfway the whole launch is killed with SIGKILL during a validation (the o
 worst moment for the curves and the resume) and launched again the same way (the documented resume). At the end the
 launch is stopped as a user would stop it (SIGINT to its process group), then the sandbox.
 
+Steps and hours apart: the CPU makes ~30x the reference run's steps per hour, so growth that follows steps and growth
+that follows time read the same unless the step rate changes. After each launch's first ``PAUSE_AFTER_MIN`` minutes
+the soak holds vLLM (SIGSTOP to its engine and workers, which are not Ray's: Ray's own keepalive would end a stopped
+actor's calls after a few minutes) for ``--pause`` minutes of every twice that, starting in a rollout (sandbox
+sessions open): a step whose generation takes that much longer, as the reference run's do. Everything else lives
+on; the verdicts fit time and steps together (bench/soak_verdicts.py). No sandbox stop falls in a pause.
+
 Each sample (bench/soak_probe.py) goes to ``<out>/samples.jsonl``, each fault to ``<out>/events.jsonl``; the verdicts
 (``verdicts``) go to ``<out>/soak.json`` and the docs/performance.md section ``soak``, with a picture of memory over
 time per process group (docs/img/soak_memory.png).
@@ -34,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from soak_probe import GROUPS, processes, sample
+from soak_probe import GROUPS, descendants, processes, sample
 from soak_verdicts import _helper, render, verdicts
 
 from retool.constants import REPO_ROOT
@@ -49,6 +56,7 @@ SAMPLE_EVERY_S = 30.0
 # The kill comes this long after a checkpoint appears: inside the validation that follows it (~60 s in the soak).
 IN_VALIDATION_S = 20.0
 SAVE_EVERY, KEEP = 10, 3  # configs/rl.yaml: the reference run's cadence
+PAUSE_AFTER_MIN, PAUSE_CLEAR_MIN = 12.0, 5.0  # a launch's first pause; no pause ends closer to the kill or the end
 PICTURE = REPO_ROOT / "docs" / "img" / "soak_memory.png"
 
 
@@ -92,6 +100,8 @@ class Soak:
         self.launch: subprocess.Popen | None = None
         self.supervisor: subprocess.Popen | None = None
         self.launch_number = 0
+        self.launch_started = 0.0
+        self.paused: tuple[float, list[int], int] | None = None  # since, the held pids, the step then
         self.save_every = save_every
         self.started = time.time()
 
@@ -184,13 +194,41 @@ class Soak:
             start_new_session=True,
             preexec_fn=_default_interrupt,
         )
+        self.launch_started = time.time()
         self.event("launch", number=self.launch_number, pid=self.launch.pid)
+
+    def vllm_processes(self) -> list[int]:
+        """The launch's vLLM engine and workers: processes of their own, outside Ray's RPC."""
+        table = processes()
+        return sorted(pid for pid in descendants(table, {self.launch.pid}) if table[pid]["cmd"].startswith("vllm::"))
+
+    def pause(self) -> None:
+        pids = self.vllm_processes()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self.paused = (time.time(), pids, self.step())
+        self.event("pause", pids=pids)
+
+    def unpause(self) -> None:
+        if self.paused is None:
+            return
+        since, pids, step = self.paused
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.paused = None
+        self.event(
+            "paused", from_t=round(since, 1), to_t=round(time.time(), 1), pids=pids, steps_during=self.step() - step
+        )
 
     def ray_processes(self) -> list[int]:
         return _helper("processes").processes_with(self.ray_dir)
 
     def stop_launch(self, sig: signal.Signals, kind: str, grace_s: float, **facts: Any) -> None:
         """Signal the launch's whole process group, wait for it and for its Ray processes; record what was left."""
+        self.unpause()
         os.killpg(self.launch.pid, sig)
         try:
             self.launch.wait(timeout=grace_s)
@@ -214,7 +252,7 @@ class Soak:
         )
 
     # ------------------------------------------------------------------ the schedule
-    def run(self, minutes: float, restart_every_min: float) -> None:
+    def run(self, minutes: float, restart_every_min: float, pause_min: float) -> None:
         self.record_sample()  # the host before anything started: the baseline of /dev/shm, /tmp and processes
         end = self.started + minutes * 60
         kill_at = self.started + minutes * 30
@@ -222,6 +260,7 @@ class Soak:
         checkpoint_seen: float | None = None
         next_restart = self.started + restart_every_min * 60
         next_sample = time.time()
+        next_pause = self.started + PAUSE_AFTER_MIN * 60
         killed = False
         try:
             self.start_sandbox()
@@ -236,7 +275,19 @@ class Soak:
                 if now >= next_sample:
                     self.record_sample()
                     next_sample = now + SAMPLE_EVERY_S
-                if now >= next_restart:
+                if self.paused is not None and now >= self.paused[0] + pause_min * 60:
+                    self.unpause()
+                    next_pause = now + pause_min * 60
+                    next_restart = max(next_restart, now + 60)  # a stop is ridden out by calls, not by a pause
+                elif (
+                    self.paused is None
+                    and pause_min > 0
+                    and now >= next_pause
+                    and now + (pause_min + PAUSE_CLEAR_MIN) * 60 <= (end if killed else kill_at)
+                    and ((self.health() or {}).get("sessions") or {}).get("live")
+                ):
+                    self.pause()
+                if now >= next_restart and self.paused is None:
                     self.restart_sandbox()
                     next_restart = now + restart_every_min * 60
                 if not killed and now >= kill_at:
@@ -250,6 +301,7 @@ class Soak:
                     killed = True
                     self.record_sample()
                     self.start_launch()
+                    next_pause = self.launch_started + PAUSE_AFTER_MIN * 60
                 time.sleep(1)
         finally:
             self.finish()
@@ -261,6 +313,7 @@ class Soak:
 
     def finish(self) -> None:
         """Stop the launch as a user would (SIGINT), then the sandbox the documented way, sampling what is left."""
+        self.unpause()
         if self.launch is not None and self.launch.poll() is None:
             self.stop_launch(signal.SIGINT, "stop", 180)
         self.record_sample()
@@ -278,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", 120)))
     parser.add_argument("--restart-every", type=float, default=10.0, help="minutes between sandbox stops")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=10.0,
+        help=f"minutes vLLM is held in every twice that, after each launch's first {PAUSE_AFTER_MIN:g} (0: none)",
+    )
     parser.add_argument(
         "--save-every",
         type=int,
@@ -302,12 +361,13 @@ def main(argv: list[str] | None = None) -> int:
             **learning_run.measured_now(),
             "minutes": args.minutes,
             "restart_every_min": args.restart_every,
+            "pause_min": args.pause,
             "save_every": args.save_every,
             "trainer_mode": args.trainer_mode,
             "smoke_run": os.path.relpath(smoke, REPO_ROOT),
         }
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
-        Soak(out, smoke, args.trainer_mode, args.save_every).run(args.minutes, args.restart_every)
+        Soak(out, smoke, args.trainer_mode, args.save_every).run(args.minutes, args.restart_every, args.pause)
     result = verdicts(out)
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
     for verdict in result["verdicts"]:

@@ -6,9 +6,11 @@ dropped, so that a restart is not read as growth or shrinkage. A launch warms up
 what it does (steps, a checkpoint, a validation) past the step it started from: a resumed launch's processes climb
 back to the first launch's level over that cycle, not over a fixed number of minutes. The sandbox's open sessions
 are held fixed; a run group is fitted on its lowest sample of every 5 minutes, so that the phase of a step is not read
-as noise. A slope passes when its whole 95% interval projects to under 10% growth over 18 hours (the reference run's
-length on 16 dies) on the group's mean level, fails when even the interval's low end projects over that, and is
-inconclusive in between. The slope per step is given too: the CPU makes ~30x the reference run's steps per hour.
+as noise. A group passes when the whole 95% interval of its growth projected onto the reference run (18 hours on 16
+dies, 130 steps) stays under 10% of its mean level, fails when even the interval's low end is over that, and is
+inconclusive in between. The CPU makes ~30x the reference run's steps per hour: when the soak held vLLM for a while
+(``paused`` events) the run groups are fitted on time and steps together, and each is projected on its own; without
+pauses all growth is projected as growth per hour.
 Samples inside a ``host_disturbed`` event of events.jsonl (``from_t``, ``to_t``, ``why``: other processes on the host
 share the run's library pages, which lowers its PSS while they run) are left out of the fits.
 """
@@ -23,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from soak_probe import RUN_GROUPS
 
@@ -58,33 +61,37 @@ def _centred(window: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
     return [tuple(value - mean for value, mean in zip(point, means)) for point in window]
 
 
-def _partial_out(rows: list[tuple[float, ...]], column: int) -> list[tuple[float, float]]:
-    """(x, y) with the covariate (index 2, when there) regressed out of both (Frisch-Waugh)."""
-    if len(rows[0]) < 3 or not any(row[2] for row in rows):
-        return [(row[0], row[column]) for row in rows]
-    szz = sum(row[2] ** 2 for row in rows)
-    bx = sum(row[0] * row[2] for row in rows) / szz
-    by = sum(row[1] * row[2] for row in rows) / szz
-    return [(row[0] - bx * row[2], row[1] - by * row[2]) for row in rows]
+def within_fit(windows: list[list[tuple[float, ...]]]) -> tuple[list[float], list[list[float]], int] | None:
+    """Least squares of y on x1..xk with an intercept per window, from (y, x1, ..., xk) points: the coefficients,
+    their covariance and the points used. A regressor after the first with no spread inside the windows is left out
+    (held fixed: coefficient 0, variance 0); None with fewer than 4 points or no spread in x1."""
+    kept = [w for w in windows if len(w) >= 2]
+    rows = np.array([point for window in kept for point in _centred(window)], dtype=float)
+    if len(rows) < 4:
+        return None
+    y, x = rows[:, 0], rows[:, 1:]
+    used = [j for j in range(x.shape[1]) if np.abs(x[:, j]).max() > 1e-12]
+    if 0 not in used or np.linalg.matrix_rank(x[:, used]) < len(used):
+        return None
+    xu = x[:, used]
+    inverse = np.linalg.inv(xu.T @ xu)
+    coef = inverse @ xu.T @ y
+    dof = len(rows) - len(kept) - len(used)
+    variance = float(((y - xu @ coef) ** 2).sum() / dof) if dof > 0 else float("inf")
+    full_coef, full_cov = np.zeros(x.shape[1]), np.zeros((x.shape[1], x.shape[1]))
+    full_coef[used] = coef
+    full_cov[np.ix_(used, used)] = variance * inverse
+    return full_coef.tolist(), full_cov.tolist(), len(rows)
 
 
 def within_slope(windows: list[list[tuple[float, ...]]]) -> tuple[float, float, int] | None:
-    """Least-squares slope of y on x with an intercept per window, from (x, y) or (x, y, covariate) points (the
-    covariate, such as the sandbox's open sessions, is held fixed), its standard error and the points used; None
-    with fewer than 4 points or no spread in x."""
-    kept = [w for w in windows if len(w) >= 2]
-    rows = [point for window in kept for point in _centred(window)]
-    if len(rows) < 4:
+    """The slope of y on x from (x, y) or (x, y, covariate) points with an intercept per window (the covariate, such
+    as the sandbox's open sessions, held fixed), its standard error and the points used."""
+    fit = within_fit([[(y, x, *rest) for x, y, *rest in window] for window in windows])
+    if fit is None:
         return None
-    pairs = _partial_out(rows, 1)
-    sxx = sum(x * x for x, _ in pairs)
-    if sxx <= 1e-12:
-        return None
-    slope = sum(x * y for x, y in pairs) / sxx
-    residual = sum((y - slope * x) ** 2 for x, y in pairs)
-    dof = len(rows) - len(kept) - 1 - (len(rows[0]) - 2)
-    se = math.sqrt(residual / dof / sxx) if dof > 0 else float("inf")
-    return slope, se, len(rows)
+    coef, cov, points = fit
+    return coef[0], math.sqrt(cov[0][0]), points
 
 
 def windows_of(samples: list[dict], events: list[dict], kind: str, cycle_steps: int = 0) -> list[list[dict]]:
@@ -123,55 +130,70 @@ def lows(window: list[dict], group: str) -> list[dict]:
 
 
 def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int = 0) -> dict[str, Any]:
+    """A group's memory and descriptors fitted on time within each lifetime, projected onto the reference run.
+
+    A run group is fitted on time and steps together when the soak paused its steps (``paused`` events): its
+    growth per hour with the steps held fixed and per step with the time held fixed, projected onto the reference
+    run's 18 hours and 130 steps. Without pauses the two cannot be told apart, and all of it is taken as growth per
+    hour (18 hours at the CPU's ~30x the reference run's steps per hour: the cautious reading)."""
     kind = "launch" if group in RUN_GROUPS else "sandbox"
     windows = windows_of(samples, events, kind, cycle_steps)
     if kind == "launch":
         windows = [lows([s for s in w if s["groups"][group]["procs"]], group) for w in windows]
-    out: dict[str, Any] = {"group": group}
+    windows = [[s for s in w if s["groups"][group]["procs"]] for w in windows]
+    apart = kind == "launch" and any(e["event"] == "paused" for e in events)
+    out: dict[str, Any] = {"group": group, "steps_apart": apart}
     for metric, unit in (("pss_mb", "MB"), ("fds", "fds")):
+        values = [s["groups"][group][metric] for w in windows for s in w]
         # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
-        pairs = [
+        held = (lambda s: s["step"]) if apart else (lambda s: s["sandbox"]["sessions_live"] or 0)
+        fit = within_fit(
             [
-                (
-                    s["t"] / 3600,
-                    s["groups"][group][metric],
-                    *([s["sandbox"]["sessions_live"] or 0] if kind == "sandbox" else []),
-                )
-                for s in w
-                if s["groups"][group]["procs"]
+                [
+                    (s["groups"][group][metric], s["t"] / 3600, *([held(s)] if apart or kind == "sandbox" else []))
+                    for s in w
+                ]
+                for w in windows
             ]
-            for w in windows
-        ]
-        values = [point[1] for w in pairs for point in w]
-        fit = within_slope(pairs)
+        )
         if fit is None or not values or sum(values) == 0:
             out[metric] = None
             continue
-        slope, se, points = fit
+        coef, cov, points = fit
         level = sum(values) / len(values)
-        # the same per step: the CPU makes ~30x the reference run's steps per hour, so growth that follows steps
-        # projects very differently onto its 130 steps than onto 18 hours
-        by_step = within_slope(
-            [
-                [(s["step"], *point[1:]) for s, point in zip([s for s in w if s["groups"][group]["procs"]], pw)]
-                for w, pw in zip(windows, pairs)
-            ]
-        )
+        along = np.array([HOURS, REAL_STEPS if apart else 0.0][: len(coef)])
+        projected = float(along @ np.array(coef))
+        spread = 1.96 * math.sqrt(float(along @ np.array(cov) @ along))
+        if apart:
+            per_step, per_step_se = coef[1], math.sqrt(cov[1][1])
+        else:  # told only as a reading of the same growth per step, not apart from the hours
+            by_step = within_slope(
+                [
+                    [(s["step"], s["groups"][group][metric], *([held(s)] if kind == "sandbox" else [])) for s in w]
+                    for w in windows
+                ]
+            )
+            per_step, per_step_se = (by_step[0], None) if by_step else (None, None)
         out[metric] = {
             "unit": unit,
-            "slope_per_h": slope,
-            "interval": (slope - 1.96 * se, slope + 1.96 * se),
+            "slope_per_h": coef[0],
+            "interval": (coef[0] - 1.96 * math.sqrt(cov[0][0]), coef[0] + 1.96 * math.sqrt(cov[0][0])),
+            "per_step": per_step,
+            "per_step_interval": (per_step - 1.96 * per_step_se, per_step + 1.96 * per_step_se)
+            if per_step_se is not None
+            else None,
+            "projected": projected,
+            "projected_interval": (projected - spread, projected + spread),
             "level": level,
-            "growth_18h": slope * HOURS / level,
+            "growth_18h": projected / level,
             "points": points,
-            "per_step": by_step[0] if by_step else None,
         }
     return out
 
 
 def _growth_verdict(g: dict[str, Any]) -> tuple[bool | None, str]:
-    """True when the slope's whole 95% interval projects under the limit, False when even its low end projects over
-    it, None (inconclusive) when the interval spans the limit: too noisy to tell either way."""
+    """True when the projection's whole 95% interval stays under the limit, False when even its low end is over it,
+    None (inconclusive) when the interval spans the limit: too noisy to tell either way."""
     parts, states = [], []
     for metric in ("pss_mb", "fds"):
         m = g[metric]
@@ -179,24 +201,29 @@ def _growth_verdict(g: dict[str, Any]) -> tuple[bool | None, str]:
             parts.append(f"{metric}: too few samples")
             states.append(False)
             continue
+        name, unit = ("PSS" if metric == "pss_mb" else "descriptors"), m["unit"]
         lo, hi = m["interval"]
-        per_step = (
-            f" ({m['per_step']:+.3f} {m['unit']} per step: {m['per_step'] * REAL_STEPS:+.0f} over {REAL_STEPS} steps)"
-            if m.get("per_step") is not None
-            else ""
-        )
-        parts.append(
-            f"{'PSS' if metric == 'pss_mb' else 'descriptors'} {m['slope_per_h']:+.1f} {m['unit']}/h "
-            f"[{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {m['unit']} -> {m['growth_18h']:+.1%} in 18 h"
-            f"{per_step}"
-        )
-        states.append(
-            True
-            if hi * HOURS / m["level"] < GROWTH_LIMIT
-            else False
-            if lo * HOURS / m["level"] >= GROWTH_LIMIT
-            else None
-        )
+        if g.get("steps_apart"):
+            slo, shi = m["per_step_interval"]
+            plo, phi = m["projected_interval"]
+            parts.append(
+                f"{name} {m['slope_per_h']:+.1f} {unit}/h [{lo:+.1f}, {hi:+.1f}] with the steps held and "
+                f"{m['per_step']:+.3f} {unit} per step [{slo:+.3f}, {shi:+.3f}] with the time held -> over "
+                f"{HOURS:g} h and {REAL_STEPS} steps {m['projected']:+.0f} {unit} [{plo:+.0f}, {phi:+.0f}] on "
+                f"{m['level']:.0f} {unit}: {m['growth_18h']:+.1%}"
+            )
+        else:
+            per_step = (
+                f" ({m['per_step']:+.3f} {unit} per step: {m['per_step'] * REAL_STEPS:+.0f} over {REAL_STEPS} steps)"
+                if m.get("per_step") is not None
+                else ""
+            )
+            parts.append(
+                f"{name} {m['slope_per_h']:+.1f} {unit}/h [{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {unit} -> "
+                f"{m['growth_18h']:+.1%} in 18 h{per_step}"
+            )
+        plo, phi = m["projected_interval"]
+        states.append(True if phi / m["level"] < GROWTH_LIMIT else False if plo / m["level"] >= GROWTH_LIMIT else None)
     return (False if False in states else None if None in states else True), "; ".join(parts)
 
 
@@ -422,14 +449,15 @@ def plot(samples: list[dict], events: list[dict], groups: tuple[str, ...], path:
     for group in groups:
         ax.plot([(s["t"] - start) / 60 for s in samples], [s["groups"][group]["pss_mb"] for s in samples], label=group)
     for e in events:
-        if e["event"] == "host_disturbed":
-            ax.axvspan((e["from_t"] - start) / 60, (e["to_t"] - start) / 60, color="grey", alpha=0.15)
+        if e["event"] in ("host_disturbed", "paused"):
+            shade = "grey" if e["event"] == "host_disturbed" else "tab:blue"
+            ax.axvspan((e["from_t"] - start) / 60, (e["to_t"] - start) / 60, color=shade, alpha=0.12)
         style = {"sandbox_restart": ("grey", ":"), "kill": ("red", "-"), "stop": ("black", "-")}.get(e["event"])
         if style:
             ax.axvline((e["t"] - start) / 60, color=style[0], linestyle=style[1], linewidth=1)
     ax.set_xlabel(
         "minutes (dotted: sandbox stopped and restarted; red: kill -9 of the launch; black: the stop; "
-        "shaded: left out of the fits)"
+        "blue: vLLM held; grey: left out of the fits)"
     )
     ax.set_ylabel("PSS (MB)")
     ax.set_title("memory per process group over the soak", fontsize=10)
@@ -451,6 +479,15 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         for e in events
         if e["event"] == "host_disturbed"
     )
+    pauses = [e for e in events if e["event"] == "paused"]
+    held = (
+        f" vLLM was held (SIGSTOP) {len(pauses)} times, {sum(e['to_t'] - e['from_t'] for e in pauses) / 60:.0f} "
+        f"minutes in all, in rollouts ({sum(e['steps_during'] for e in pauses)} steps made while held), so that the "
+        f"fits tell growth per step from growth per hour and project each onto the reference run's "
+        f"{HOURS:g} hours and {REAL_STEPS} steps."
+        if pauses
+        else " Without pauses, growth per step and per hour read the same: all of it is projected as per hour."
+    )
     m = result["measured"]
     host = m.get("host") or {}
     lines = [
@@ -466,7 +503,7 @@ def render(result: dict[str, Any], source: str, picture: Path, groups: tuple[str
         f"is `{source}/`. Memory slopes leave out each lifetime's warm-up (a launch's first "
         f"{m.get('save_every', 10)} steps and at least {WARMUP_S['launch'] / 60:g} minutes, a sandbox's first "
         f"{WARMUP_S['sandbox'] / 60:g}) and take a run group's lowest sample "
-        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).{left_out}",
+        f"of every {LOW_BIN_S / 60:g} minutes (its memory swings with the phase of a step).{held}{left_out}",
         "",
         "| verdict | result | what was seen |",
         "|---|---|---|",

@@ -154,3 +154,37 @@ def test_processes_of_the_run_are_put_in_their_groups_by_ray_s_names():
         "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py -x",
     ):
         assert probe.classify(ray_own) == "ray", ray_own
+
+
+def _paused(mb_per_h: float, mb_per_step: float) -> tuple[list[dict], list[dict]]:
+    """Two one-hour launches, a step every 30 s except in a 10-minute pause of every 20 after each launch's first
+    15 minutes; memory grows with time and with steps as told."""
+    samples, events, step = _samples(0.0), [], 0
+    for s in samples:
+        since = s["t"] % 3600
+        paused = since >= 900 and (since - 900) % 1200 >= 600
+        step += 0 if paused else 1
+        s["step"] = step
+        s["groups"]["trainer"]["pss_mb"] += mb_per_h * s["t"] / 3600 + mb_per_step * step
+    for launch in (0, 3600):
+        events += [{"event": "paused", "from_t": launch + start, "to_t": launch + start + 600} for start in (1500, 2700)]
+    return samples, events
+
+
+def test_pauses_tell_growth_per_step_from_growth_per_hour_and_project_each_onto_the_reference_run():
+    # 0.2 MB per step and nothing per hour: at the CPU's steps per hour it reads as tens of MB/h, over 10% in 18 h;
+    # the reference run makes 130 steps in its 18 hours: +26 MB (1.3%)
+    samples, events = _paused(0.0, 0.2)
+    assert verdicts._growth_verdict(verdicts.growth(samples, [], "trainer"))[0] is False
+    apart = verdicts.growth(samples, events, "trainer")
+    assert apart["steps_apart"] and apart["pss_mb"]["per_step"] == pytest.approx(0.2, abs=1e-6)
+    assert apart["pss_mb"]["slope_per_h"] == pytest.approx(0.0, abs=1e-3)
+    assert apart["pss_mb"]["projected"] == pytest.approx(0.2 * 130, abs=0.1)
+    state, seen = verdicts._growth_verdict(apart)
+    assert state is True and "with the time held" in seen, seen
+    # 20 MB an hour, steps or no steps: the pauses do not excuse it
+    leak = verdicts.growth(*_paused(20.0, 0.0), "trainer")
+    assert leak["pss_mb"]["slope_per_h"] == pytest.approx(20.0, abs=1e-3)
+    assert verdicts._growth_verdict(leak)[0] is False
+    # the pauses come from the soak's events: without them steps and hours are one reading
+    assert not verdicts.growth(samples, [], "trainer")["steps_apart"]

@@ -19,7 +19,7 @@ import shutil
 import time
 from pathlib import Path
 
-from retool_sandbox.proctree import pss_mib
+from retool_sandbox.proctree import rollup_mib
 
 GROUPS = ("trainer", "rollout", "agent_loop", "ray", "sandbox_server", "sandbox_programs")
 _ROLLOUT = ("vllm", "enginecore", "engine_core")
@@ -137,7 +137,7 @@ def sample(
     run |= {pid for pid, info in table.items() if ray_dir and ray_dir.lower() in info["cmd"]}
     run |= descendants(table, run)
     server = descendants(table, {server_pid} if server_pid else set())
-    groups = {name: {"pss_mb": 0.0, "fds": 0, "procs": 0} for name in GROUPS}
+    groups = {name: {"pss_mb": 0.0, "private_mb": 0.0, "fds": 0, "procs": 0} for name in GROUPS}
     zombies, largest = 0, {}
     for pid, info in table.items():
         if sandbox_uids is not None and info["uid"] in sandbox_uids:
@@ -151,14 +151,17 @@ def sample(
         if info["state"] == "Z":
             zombies += 1
             continue
-        group, pss = groups[name], pss_mib((pid,))
+        group, memory = groups[name], rollup_mib((pid,), ("Pss", "Pss_Anon", "Pss_Shmem"))
+        pss = memory["Pss"]
         group["pss_mb"] += pss
+        # without the pages of mapped files (libraries): what other processes mapping them cannot lower
+        group["private_mb"] += memory["Pss_Anon"] + memory["Pss_Shmem"]
         group["fds"] += open_fds(pid)
         group["procs"] += 1
         if name in RUN_GROUPS and pss >= PROCESS_MIN_MB:
             largest[str(pid)] = [name, info["cmd"][:TITLE_CHARS], round(pss, 1)]
     for group in groups.values():
-        group["pss_mb"] = round(group["pss_mb"], 1)
+        group["pss_mb"], group["private_mb"] = round(group["pss_mb"], 1), round(group["private_mb"], 1)
     sessions = (sandbox_health or {}).get("sessions") or {}
     return {
         "t": round(time.time(), 1),

@@ -93,14 +93,22 @@ class CpuMeter:
 
 def pss_mib(pids: tuple[int, ...]) -> float:
     """Proportional set size of ``pids`` together, in MiB (processes that exited meanwhile count 0)."""
-    total_kb = 0
+    return rollup_mib(pids, ("Pss",))["Pss"]
+
+
+def rollup_mib(pids: tuple[int, ...], fields: tuple[str, ...]) -> dict[str, float]:
+    """``fields`` of ``smaps_rollup`` (``Pss``, ``Pss_Anon``, ``Pss_Shmem`` ...) added up over ``pids``, in MiB."""
+    total_kb = dict.fromkeys(fields, 0)
     for pid in pids:
         try:
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
             continue
-        total_kb += sum(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
-    return total_kb / 1024
+        for line in rollup.splitlines():
+            name, _, rest = line.partition(":")
+            if name in total_kb:
+                total_kb[name] += int(rest.split()[0])
+    return {name: kb / 1024 for name, kb in total_kb.items()}
 
 
 def rss_mib(pids: tuple[int, ...]) -> float:

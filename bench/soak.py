@@ -312,17 +312,20 @@ class Soak:
         return " | ".join(line.strip()[:300] for line in lines if line.startswith(("[FAIL]", "error:")))[-1200:]
 
     def finish(self) -> None:
-        """Stop the launch as a user would (SIGINT), then the sandbox the documented way, sampling what is left."""
-        self.unpause()
-        if self.launch is not None and self.launch.poll() is None:
-            self.stop_launch(signal.SIGINT, "stop", 180)
-        self.record_sample()
-        time.sleep(SAMPLE_EVERY_S)  # what the sandbox keeps once the run is gone
-        self.record_sample()
-        if self.supervisor is not None:
-            self.supervisor.send_signal(signal.SIGTERM)  # as the docs say: kill <its pid>; it stops the server first
-            self.supervisor.wait(timeout=60)
-            time.sleep(1)
+        """Stop the launch as a user would (SIGINT), then the sandbox the documented way, sampling what is left. The
+        sandbox is stopped even when the launch's stop or a sample fails: nothing of the soak outlives it."""
+        try:
+            self.unpause()
+            if self.launch is not None and self.launch.poll() is None:
+                self.stop_launch(signal.SIGINT, "stop", 180)
+            self.record_sample()
+            time.sleep(SAMPLE_EVERY_S)  # what the sandbox keeps once the run is gone
+            self.record_sample()
+        finally:
+            if self.supervisor is not None and self.supervisor.poll() is None:
+                self.supervisor.send_signal(signal.SIGTERM)  # as the docs say: kill <its pid>; it stops the server
+                self.supervisor.wait(timeout=60)
+                time.sleep(1)
         self.record_sample()
         self.event("end", supervisor_exit=self.supervisor.returncode if self.supervisor else None)
 

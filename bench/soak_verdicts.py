@@ -43,6 +43,11 @@ REAL_VAL_TRAJECTORIES = 30 * 30  # AIME 2025, mean@30
 DUMPS = ("rollouts", "validation")
 OTHER_DISK_LIMIT = 0.10  # what is not a checkpoint may add this share to the doctor's checkpoint estimate
 SHM_SLACK_MB = 64
+# PSS, and PSS without the pages of mapped files (libraries): other processes mapping the same libraries lower the
+# first while they run, and those pages are bounded by the libraries' size; a leak is in the second. The verdict is
+# on the second where the soak recorded it.
+MEMORY = ("pss_mb", "private_mb")
+MEMORY_WORDS = {"pss_mb": "PSS", "private_mb": "PSS without mapped files", "fds": "descriptors"}
 
 
 def _helper(name: str):
@@ -115,15 +120,16 @@ def windows_of(samples: list[dict], events: list[dict], kind: str, cycle_steps: 
     ]
 
 
-def lows(window: list[dict], group: str) -> list[dict]:
-    """The sample with the group's least PSS in each ``LOW_BIN_S`` of a window (a bin of less than half that, at the
-    window's end, is left out). A run's memory swings with the phase of its step (the trainer's by ~1 GB between
-    rollout and update), which 30 s samples hit at random; the lows of each bin follow what the group keeps."""
+def lows(window: list[dict], group: str, metric: str = "pss_mb") -> list[dict]:
+    """The sample with the group's least memory (``metric``) in each ``LOW_BIN_S`` of a window (a bin of less than
+    half that, at the window's end, is left out). A run's memory swings with the phase of its step (the trainer's by
+    ~1 GB between rollout and update), which 30 s samples hit at random; the lows of each bin follow what the group
+    keeps."""
     bins: dict[int, list[dict]] = {}
     for s in window:
         bins.setdefault(int((s["t"] - window[0]["t"]) // LOW_BIN_S), []).append(s)
     return [
-        min(b, key=lambda s: s["groups"][group]["pss_mb"])
+        min(b, key=lambda s: s["groups"][group][metric])
         for _, b in sorted(bins.items())
         if b[-1]["t"] - b[0]["t"] >= LOW_BIN_S / 2
     ]
@@ -137,13 +143,19 @@ def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int
     run's 18 hours and 130 steps. Without pauses the two cannot be told apart, and all of it is taken as growth per
     hour (18 hours at the CPU's ~30x the reference run's steps per hour: the cautious reading)."""
     kind = "launch" if group in RUN_GROUPS else "sandbox"
-    windows = windows_of(samples, events, kind, cycle_steps)
-    if kind == "launch":
-        windows = [lows([s for s in w if s["groups"][group]["procs"]], group) for w in windows]
-    windows = [[s for s in w if s["groups"][group]["procs"]] for w in windows]
+    lifetimes = [[s for s in w if s["groups"][group]["procs"]] for w in windows_of(samples, events, kind, cycle_steps)]
     apart = kind == "launch" and any(e["event"] == "paused" for e in events)
     out: dict[str, Any] = {"group": group, "steps_apart": apart}
-    for metric, unit in (("pss_mb", "MB"), ("fds", "fds")):
+    for metric in MEMORY + ("fds",):
+        if samples and metric not in samples[-1]["groups"][group]:  # soaks before it was recorded
+            continue
+        unit = "fds" if metric == "fds" else "MB"
+        # a run group's descriptors are read at its PSS lows
+        windows = (
+            [lows(w, group, metric if metric != "fds" else "pss_mb") for w in lifetimes]
+            if kind == "launch"
+            else lifetimes
+        )
         values = [s["groups"][group][metric] for w in windows for s in w]
         # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
         held = (lambda s: s["step"]) if apart else (lambda s: s["sandbox"]["sessions_live"] or 0)
@@ -195,13 +207,16 @@ def _growth_verdict(g: dict[str, Any]) -> tuple[bool | None, str]:
     """True when the projection's whole 95% interval stays under the limit, False when even its low end is over it,
     None (inconclusive) when the interval spans the limit: too noisy to tell either way."""
     parts, states = [], []
-    for metric in ("pss_mb", "fds"):
+    judged = ("private_mb" if "private_mb" in g else "pss_mb", "fds")
+    for metric in (*MEMORY, "fds"):
+        if metric not in g:
+            continue
         m = g[metric]
         if m is None:
-            parts.append(f"{metric}: too few samples")
+            parts.append(f"{MEMORY_WORDS[metric]}: too few samples")
             states.append(False)
             continue
-        name, unit = ("PSS" if metric == "pss_mb" else "descriptors"), m["unit"]
+        name, unit = MEMORY_WORDS[metric], m["unit"]
         lo, hi = m["interval"]
         if g.get("steps_apart"):
             slo, shi = m["per_step_interval"]
@@ -222,6 +237,8 @@ def _growth_verdict(g: dict[str, Any]) -> tuple[bool | None, str]:
                 f"{name} {m['slope_per_h']:+.1f} {unit}/h [{lo:+.1f}, {hi:+.1f}] on {m['level']:.0f} {unit} -> "
                 f"{m['growth_18h']:+.1%} in 18 h{per_step}"
             )
+        if metric not in judged:
+            continue
         plo, phi = m["projected_interval"]
         states.append(True if phi / m["level"] < GROWTH_LIMIT else False if plo / m["level"] >= GROWTH_LIMIT else None)
     return (False if False in states else None if None in states else True), "; ".join(parts)

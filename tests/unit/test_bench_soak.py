@@ -167,7 +167,9 @@ def _paused(mb_per_h: float, mb_per_step: float) -> tuple[list[dict], list[dict]
         s["step"] = step
         s["groups"]["trainer"]["pss_mb"] += mb_per_h * s["t"] / 3600 + mb_per_step * step
     for launch in (0, 3600):
-        events += [{"event": "paused", "from_t": launch + start, "to_t": launch + start + 600} for start in (1500, 2700)]
+        events += [
+            {"event": "paused", "from_t": launch + start, "to_t": launch + start + 600} for start in (1500, 2700)
+        ]
     return samples, events
 
 
@@ -188,3 +190,15 @@ def test_pauses_tell_growth_per_step_from_growth_per_hour_and_project_each_onto_
     assert verdicts._growth_verdict(leak)[0] is False
     # the pauses come from the soak's events: without them steps and hours are one reading
     assert not verdicts.growth(samples, [], "trainer")["steps_apart"]
+
+
+def test_the_verdict_is_on_memory_without_mapped_files_where_the_soak_recorded_it():
+    # PSS climbs 40 MB/h as more of the libraries' pages come in (bounded by their size) while the heap holds: a pass;
+    # a heap growing 20 MB/h under a PSS that other processes' mappings hold down: a failure
+    for pss_per_h, private_per_h, passes in ((40.0, 0.0, True), (0.0, 20.0, False)):
+        samples = _samples(pss_per_h)
+        for s in samples:
+            s["groups"]["trainer"]["private_mb"] = 1500 + private_per_h * s["t"] / 3600
+        state, seen = verdicts._growth_verdict(verdicts.growth(samples, [], "trainer"))
+        assert state is passes and "PSS without mapped files" in seen, seen
+    assert "private_mb" not in verdicts.growth(_samples(0.0), [], "trainer")  # soaks before it was recorded

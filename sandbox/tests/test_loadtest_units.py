@@ -234,6 +234,22 @@ def test_the_cpu_meter_keeps_the_time_of_killed_processes_and_counts_waited_ones
         root.wait()
 
 
+def test_the_memory_of_a_process_that_holds_a_heap_is_read_by_field():
+    # 64 MiB written in a child: its anonymous share holds them, its PSS holds them and its libraries' pages
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; b = bytearray(64 << 20); print(flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        child.stdout.readline()
+        memory = proctree.rollup_mib((child.pid, 2**22 + 1), ("Pss", "Pss_Anon", "Pss_Shmem"))
+        assert 64 <= memory["Pss_Anon"] < memory["Pss"], memory  # the pid that does not exist counts 0
+        assert memory["Pss_Shmem"] >= 0 and proctree.pss_mib((child.pid,)) == pytest.approx(memory["Pss"], abs=1)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def _imports(path: Path) -> set[str]:
     """The retool_sandbox modules ``path`` imports (TYPE_CHECKING blocks included: a circle there is one too)."""
     found = set()

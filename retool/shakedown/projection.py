@@ -126,19 +126,20 @@ class Projection:
     missing: list[str]
 
 
+def _unknown(*inputs: tuple[str, object]) -> list[str]:
+    """The names of a projection's inputs that the shakedown did not measure."""
+    return [what for what, value in inputs if value is None]
+
+
 def project_sft(stage: Stage, measured: Measured) -> Projection:
     full = stage.full_config or stage.config
     steps = planned_steps(full)
-    missing = [
-        what
-        for what, value in (
-            ("the step time", measured.step_s),
-            ("the start-up", measured.startup_s),
-            ("the save", measured.save_s),
-            ("the full run's steps", steps),
-        )
-        if value is None
-    ]
+    missing = _unknown(
+        ("the step time", measured.step_s),
+        ("the start-up", measured.startup_s),
+        ("the save", measured.save_s),
+        ("the full run's steps", steps),
+    )
     if missing:
         return Projection("sft", None, [], missing)
     saves = max(1, every(dig(full, "trainer.save_freq"), steps))  # SFT always saves its last step
@@ -158,16 +159,12 @@ def project_sft(stage: Stage, measured: Measured) -> Projection:
 def project_rl(stage: Stage, measured: Measured) -> Projection:
     full = stage.full_config or stage.config
     steps = planned_steps(full)
-    missing = [
-        what
-        for what, value in (
-            ("the step time", measured.step_s),
-            ("the start-up", measured.startup_s),
-            ("a validation's time", measured.validation_s),
-            ("the full run's steps", steps),
-        )
-        if value is None
-    ]
+    missing = _unknown(
+        ("the step time", measured.step_s),
+        ("the start-up", measured.startup_s),
+        ("a validation's time", measured.validation_s),
+        ("the full run's steps", steps),
+    )
     if missing:
         return Projection("rl", None, [], missing)
     validations = int(bool(dig(full, "trainer.val_before_train", True))) + every(dig(full, "trainer.test_freq"), steps)

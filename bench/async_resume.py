@@ -40,6 +40,7 @@ from typing import Any
 
 from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section
+from retool.resume import kept_checkpoints
 from retool_sandbox.spawn import running_sandbox
 from retool.smoke import learning_run
 from retool.trainer_modes import ASYNC_MODES
@@ -84,7 +85,7 @@ def check(run_dir: Path, resumed_at: float, log: str) -> dict[str, Any]:
     order = data.data_order(Path(config["data"]["train_files"]), config["data"].get("seed"), count)
     in_flight = set(order) - before
     restored = re.findall(r"Restored (\d+) training prompt groups", log)
-    kept = sorted(int(p.parent.name.removeprefix("global_step_")) for p in checkpoints.glob("global_step_*/actor"))
+    kept = kept_checkpoints(checkpoints)
     expected_kept = list(range(STEPS - (KEEP - 1) * SAVE_EVERY, STEPS + 1, SAVE_EVERY))
     prompts_per_step = config["data"]["train_batch_size"]
     event_dir = run_dir / "tensorboard" / "rl"

@@ -47,7 +47,7 @@ from soak_verdicts import _helper, render, verdicts
 from retool.constants import REPO_ROOT
 from retool.markdown_sections import replace_section
 from retool.profiles import get_profile
-from retool.resume import latest_checkpoint
+from retool.resume import kept_checkpoints, latest_checkpoint
 from retool.smoke import learning_run
 from retool_sandbox.client import SandboxClient
 
@@ -131,7 +131,7 @@ class Soak:
             health,
         )
         running = self.launch is not None and self.launch.poll() is None
-        kept = len(list((self.run_dir / "checkpoints" / "rl").glob("global_step_*/actor")))  # verl leaves data.pt
+        kept = len(kept_checkpoints(self.run_dir / "checkpoints" / "rl"))
         found.update(step=self.step(), launch=self.launch_number if running else None, checkpoints_kept=kept)
         with open(self.out / "samples.jsonl", "a") as fh:
             fh.write(json.dumps(found) + "\n")

@@ -152,6 +152,16 @@ def latest_checkpoint(checkpoint_dir: Path | None, strict: bool = True) -> int |
     return step
 
 
+def kept_checkpoints(checkpoint_dir: Path) -> list[int]:
+    """The steps whose checkpoint is still on disk. verl removes an old checkpoint's model and leaves its folder with
+    the dataloader's state (``data.pt``): such a folder is not a checkpoint."""
+    return sorted(
+        int(folder.name.removeprefix("global_step_"))
+        for folder in checkpoint_dir.glob("global_step_*")
+        if folder.is_dir() and any(entry.name != "data.pt" for entry in folder.iterdir())
+    )
+
+
 def _records(data: bytes) -> list[bytes]:
     """The TFRecords of an event file, each with its length and checksums (written back as they were)."""
     records, offset = [], 0

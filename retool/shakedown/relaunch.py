@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from retool.failures.limits import read_records
-from retool.resume import ResumeError, latest_checkpoint
+from retool.resume import ResumeError, kept_checkpoints, latest_checkpoint
 from retool.shakedown.runfolder import RESUME_RECORD
 
 
@@ -36,10 +36,6 @@ def prompt_digests(dump: Path) -> list[str]:
     return sorted(
         {hashlib.sha1(record["input"].encode()).hexdigest()[:16] for record in read_records(dump) if "input" in record}
     )
-
-
-def saved_steps(checkpoints: Path) -> list[int]:
-    return sorted(int(p.name.removeprefix("global_step_")) for p in checkpoints.glob("global_step_*") if p.is_dir())
 
 
 def after_launch(run_dir: Path) -> bool:
@@ -64,13 +60,13 @@ def after_launch(run_dir: Path) -> bool:
     if last < 2 or latest != 1:
         raise RelaunchError(
             f"the shakedown's first RL launch should have ended at the checkpoint of step 1 of "
-            f"{last} (latest checkpoint: {latest}; saved: {saved_steps(checkpoints) or 'none'}): "
+            f"{last} (latest checkpoint: {latest}; saved: {kept_checkpoints(checkpoints) or 'none'}): "
             "there is nothing to resume from. See logs/rl.log"
         )
     dumps = Path(trainer.get("rollout_data_dir") or run_dir / "rollouts")
     record: dict[str, Any] = {
         "first_launch": {
-            "saved": saved_steps(checkpoints),
+            "saved": kept_checkpoints(checkpoints),
             "latest": latest,
             "prompts": {"1": prompt_digests(dumps / "1.jsonl")},
         },

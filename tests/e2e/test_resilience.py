@@ -42,6 +42,7 @@ from processes import environ, processes_with
 
 from retool.constants import REPO_ROOT
 from retool.failures.limits import read_records
+from retool.resume import kept_checkpoints
 from retool_sandbox.client import SandboxClient
 from retool_sandbox.spawn import running_sandbox
 from ports import free_port
@@ -292,8 +293,7 @@ def test_the_resumed_run_keeps_only_as_many_checkpoints_as_asked(setting, runs):
     """The crashed launch's checkpoint counts against max_actor_ckpt_to_keep (patch 0008): saving step 6 removes
     step 2's, as an uninterrupted run would; verl alone kept all three."""
     config = yaml.safe_load((setting["run_dir"] / "rl.resolved.yaml").read_text())
-    saved = Path(config["trainer"]["default_local_dir"]).glob("global_step_*/actor")
-    assert sorted(int(path.parent.name.removeprefix("global_step_")) for path in saved) == [4, 6]
+    assert kept_checkpoints(Path(config["trainer"]["default_local_dir"])) == [4, 6]
 
 
 def test_every_step_draws_the_uninterrupted_run_s_prompts(setting, runs):

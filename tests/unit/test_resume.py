@@ -8,7 +8,15 @@ import pytest
 import yaml
 
 from retool.report import read_event_dir
-from retool.resume import ResumeError, config_differences, latest_checkpoint, main, prepare, purge_after
+from retool.resume import (
+    ResumeError,
+    config_differences,
+    kept_checkpoints,
+    latest_checkpoint,
+    main,
+    prepare,
+    purge_after,
+)
 
 
 def write_events(folder: Path, points: dict[str, list[int]], value: float = 1.0) -> None:
@@ -97,6 +105,17 @@ def test_latest_checkpoint(tmp_path):
         latest_checkpoint(tmp_path)
     (tmp_path / "global_step_4").mkdir()
     assert latest_checkpoint(tmp_path) == 4
+
+
+def test_a_removed_checkpoint_whose_folder_verl_left_is_not_kept(tmp_path):
+    # verl removes an old checkpoint's actor/ and leaves global_step_N/data.pt behind
+    for step, contents in ((2, ("data.pt",)), (4, ("data.pt", "actor")), (6, ("actor",)), (10, ())):
+        folder = tmp_path / f"global_step_{step}"
+        folder.mkdir()
+        for name in contents:
+            (folder / name).mkdir() if name == "actor" else (folder / name).write_bytes(b"")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("6\n")
+    assert kept_checkpoints(tmp_path) == [4, 6]
 
 
 def test_resume_after_a_checkpoint_revalidates_only_what_is_missing(tmp_path):

@@ -13,7 +13,8 @@ Steps and hours apart: the CPU makes ~30x the reference run's steps per hour, so
 that follows time read the same unless the step rate changes. After each launch's first ``PAUSE_AFTER_MIN`` minutes
 the soak holds vLLM (SIGSTOP to its engine and workers, which are not Ray's: Ray's own keepalive would end a stopped
 actor's calls after a few minutes) for ``--pause`` minutes of every twice that, starting in a rollout (sandbox
-sessions open): a step whose generation takes that much longer, as the reference run's do. Everything else lives
+sessions open; vLLM's model-step timeout raised past it): a step whose generation takes that much longer, as the
+reference run's do. Everything else lives
 on; the verdicts fit time and steps together (bench/soak_verdicts.py). No sandbox stop falls in a pause.
 
 Each sample (bench/soak_probe.py) goes to ``<out>/samples.jsonl``, each fault to ``<out>/events.jsonl``; the verdicts
@@ -68,7 +69,9 @@ def _default_interrupt() -> None:
 
 
 class Soak:
-    def __init__(self, out: Path, smoke: Path, trainer_mode: str, save_every: int = SAVE_EVERY) -> None:
+    def __init__(
+        self, out: Path, smoke: Path, trainer_mode: str, save_every: int = SAVE_EVERY, pause_min: float = 0.0
+    ) -> None:
         self.out, self.run_dir = out, out / "run"
         resolved = smoke / "rl.resolved.yaml"  # the assets the smoke's RL stage read; else where the smoke builds them
         self.assets = (
@@ -97,6 +100,8 @@ class Soak:
         self.env = learning_run.launch_env(
             smoke / "sft_merged", self.assets, self.run_dir, f"{self.url}/run_code", trainer_mode
         )
+        # vLLM's engine gives its workers 300 s to answer a step; a pause held both and would outlast that
+        self.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = str(int(pause_min * 60 + 300))
         self.launch: subprocess.Popen | None = None
         self.supervisor: subprocess.Popen | None = None
         self.launch_number = 0
@@ -370,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
             "smoke_run": os.path.relpath(smoke, REPO_ROOT),
         }
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
-        Soak(out, smoke, args.trainer_mode, args.save_every).run(args.minutes, args.restart_every, args.pause)
+        Soak(out, smoke, args.trainer_mode, args.save_every, args.pause).run(
+            args.minutes, args.restart_every, args.pause
+        )
     result = verdicts(out)
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
     for verdict in result["verdicts"]:

@@ -14,8 +14,8 @@ that follows time read the same unless the step rate changes. After each launch'
 the soak holds vLLM (SIGSTOP to its engine and workers, which are not Ray's: Ray's own keepalive would end a stopped
 actor's calls after a few minutes) for ``--pause`` minutes of every twice that, starting in a rollout (sandbox
 sessions open; vLLM's model-step timeout raised past it): a step whose generation takes that much longer, as the
-reference run's do. Everything else lives
-on; the verdicts fit time and steps together (bench/soak_verdicts.py). No sandbox stop falls in a pause.
+reference run's do. Everything else lives on; the verdicts fit time and steps together (bench/soak_verdicts.py). No
+sandbox stop falls in a pause.
 
 Each sample (bench/soak_probe.py) goes to ``<out>/samples.jsonl``, each fault to ``<out>/events.jsonl``; the verdicts
 (``verdicts``) go to ``<out>/soak.json`` and the docs/performance.md section ``soak``, with a picture of memory over

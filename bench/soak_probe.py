@@ -155,18 +155,19 @@ def sample(
         pss = memory["Pss"]
         group["pss_mb"] += pss
         # without the pages of mapped files (libraries): what other processes mapping them cannot lower
-        group["private_mb"] += memory["Pss_Anon"] + memory["Pss_Shmem"]
+        private = memory["Pss_Anon"] + memory["Pss_Shmem"]
+        group["private_mb"] += private
         group["fds"] += open_fds(pid)
         group["procs"] += 1
         if name in RUN_GROUPS and pss >= PROCESS_MIN_MB:
-            largest[str(pid)] = [name, info["cmd"][:TITLE_CHARS], round(pss, 1)]
+            largest[str(pid)] = [name, info["cmd"][:TITLE_CHARS], round(pss, 1), round(private, 1)]
     for group in groups.values():
         group["pss_mb"], group["private_mb"] = round(group["pss_mb"], 1), round(group["private_mb"], 1)
     sessions = (sandbox_health or {}).get("sessions") or {}
     return {
         "t": round(time.time(), 1),
         "groups": groups,
-        "processes": largest,  # pid -> [group, command, PSS MB]: which process of a group grows
+        "processes": largest,  # pid -> [group, command, PSS MB, without mapped files MB]: which process grows
         "zombies": zombies,
         "run_processes": len(run & set(table)),
         "sandbox": {

@@ -121,7 +121,7 @@ def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(t
         deadline = time.monotonic() + 30
         while True:
             found = probe.sample(launch.pid, "", run_dir, None, None, None)
-            if any(pss >= 64 for _, _, pss in found["processes"].values()):  # the child has written all 64 MB
+            if any(pss >= 64 for _, _, pss, _ in found["processes"].values()):  # the child has written all 64 MB
                 break
             if time.monotonic() > deadline:  # the child did not start
                 break
@@ -134,8 +134,8 @@ def test_a_sample_finds_the_launch_s_processes_their_memory_and_the_run_folder(t
     assert trainer["procs"] == 2 and trainer["pss_mb"] > 1 and trainer["fds"] >= 6, found
     assert found["run_processes"] == 2
     # only the child is large enough to be recorded on its own
-    [(group, command, pss)] = found["processes"].values()
-    assert group == "trainer" and "held" in command and 64 <= pss < 100, found
+    [(group, command, pss, private)] = found["processes"].values()
+    assert group == "trainer" and "held" in command and 64 <= private <= pss < 100, found
     assert found["disk"]["checkpoints"] == 4096 and found["disk"]["rollouts"] == 300 and found["disk"]["other"] == 5
     assert found["sandbox"]["up"] is False and found["shm_used_bytes"] >= 0
 

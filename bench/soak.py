@@ -105,9 +105,8 @@ class Soak:
         self.launch: subprocess.Popen | None = None
         self.supervisor: subprocess.Popen | None = None
         self.launch_number = 0
-        self.launch_started = 0.0
         self.paused: tuple[float, list[int], int] | None = None  # since, the held pids, the step then
-        self.save_every = save_every
+        self.save_every, self.pause_min = save_every, pause_min
         self.started = time.time()
 
     # ------------------------------------------------------------------ records
@@ -199,7 +198,6 @@ class Soak:
             start_new_session=True,
             preexec_fn=_default_interrupt,
         )
-        self.launch_started = time.time()
         self.event("launch", number=self.launch_number, pid=self.launch.pid)
 
     def vllm_processes(self) -> list[int]:
@@ -257,7 +255,7 @@ class Soak:
         )
 
     # ------------------------------------------------------------------ the schedule
-    def run(self, minutes: float, restart_every_min: float, pause_min: float) -> None:
+    def run(self, minutes: float, restart_every_min: float) -> None:
         self.record_sample()  # the host before anything started: the baseline of /dev/shm, /tmp and processes
         end = self.started + minutes * 60
         kill_at = self.started + minutes * 30
@@ -280,15 +278,15 @@ class Soak:
                 if now >= next_sample:
                     self.record_sample()
                     next_sample = now + SAMPLE_EVERY_S
-                if self.paused is not None and now >= self.paused[0] + pause_min * 60:
+                if self.paused is not None and now >= self.paused[0] + self.pause_min * 60:
                     self.unpause()
-                    next_pause = now + pause_min * 60
+                    next_pause = now + self.pause_min * 60
                     next_restart = max(next_restart, now + 60)  # a stop is ridden out by calls, not by a pause
                 elif (
                     self.paused is None
-                    and pause_min > 0
+                    and self.pause_min > 0
                     and now >= next_pause
-                    and now + (pause_min + PAUSE_CLEAR_MIN) * 60 <= (end if killed else kill_at)
+                    and now + (self.pause_min + PAUSE_CLEAR_MIN) * 60 <= (end if killed else kill_at)
                     and ((self.health() or {}).get("sessions") or {}).get("live")
                 ):
                     self.pause()
@@ -306,7 +304,7 @@ class Soak:
                     killed = True
                     self.record_sample()
                     self.start_launch()
-                    next_pause = self.launch_started + PAUSE_AFTER_MIN * 60
+                    next_pause = time.time() + PAUSE_AFTER_MIN * 60
                 time.sleep(1)
         finally:
             self.finish()
@@ -375,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             "smoke_run": os.path.relpath(smoke, REPO_ROOT),
         }
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
-        Soak(out, smoke, args.trainer_mode, args.save_every, args.pause).run(
-            args.minutes, args.restart_every, args.pause
-        )
+        Soak(out, smoke, args.trainer_mode, args.save_every, args.pause).run(args.minutes, args.restart_every)
     result = verdicts(out)
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
     for verdict in result["verdicts"]:

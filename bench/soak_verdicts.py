@@ -146,6 +146,13 @@ def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int
     lifetimes = [[s for s in w if s["groups"][group]["procs"]] for w in windows_of(samples, events, kind, cycle_steps)]
     apart = kind == "launch" and any(e["event"] == "paused" for e in events)
     out: dict[str, Any] = {"group": group, "steps_apart": apart}
+    # held fixed beside time: the steps when pauses set them apart; a sandbox's open sessions (one interpreter each)
+    if apart:
+        held = lambda s: [s["step"]]  # noqa: E731
+    elif kind == "sandbox":
+        held = lambda s: [s["sandbox"]["sessions_live"] or 0]  # noqa: E731
+    else:
+        held = lambda s: []  # noqa: E731
     for metric in MEMORY + ("fds",):
         if samples and metric not in samples[-1]["groups"][group]:  # soaks before it was recorded
             continue
@@ -157,17 +164,7 @@ def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int
             else lifetimes
         )
         values = [s["groups"][group][metric] for w in windows for s in w]
-        # the sandbox's memory and descriptors follow its open sessions (one interpreter each): held fixed
-        held = (lambda s: s["step"]) if apart else (lambda s: s["sandbox"]["sessions_live"] or 0)
-        fit = within_fit(
-            [
-                [
-                    (s["groups"][group][metric], s["t"] / 3600, *([held(s)] if apart or kind == "sandbox" else []))
-                    for s in w
-                ]
-                for w in windows
-            ]
-        )
+        fit = within_fit([[(s["groups"][group][metric], s["t"] / 3600, *held(s)) for s in w] for w in windows])
         if fit is None or not values or sum(values) == 0:
             out[metric] = None
             continue
@@ -179,12 +176,7 @@ def growth(samples: list[dict], events: list[dict], group: str, cycle_steps: int
         if apart:
             per_step, per_step_se = coef[1], math.sqrt(cov[1][1])
         else:  # told only as a reading of the same growth per step, not apart from the hours
-            by_step = within_slope(
-                [
-                    [(s["step"], s["groups"][group][metric], *([held(s)] if kind == "sandbox" else [])) for s in w]
-                    for w in windows
-                ]
-            )
+            by_step = within_slope([[(s["step"], s["groups"][group][metric], *held(s)) for s in w] for w in windows])
             per_step, per_step_se = (by_step[0], None) if by_step else (None, None)
         out[metric] = {
             "unit": unit,
